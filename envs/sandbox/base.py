@@ -1,0 +1,91 @@
+"""The one Sandbox interface every backend implements.
+
+A sandbox is an isolated place to run model-generated shell commands: a read-only task
+root filesystem, a writable workspace, no network, and resource limits. Backends:
+`bwrap` (bubblewrap; the fast default) and `docker` (docker SDK; local or DOCKER_HOST).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+
+class SandboxError(RuntimeError):
+  """An infrastructure failure (the sandbox died, the daemon failed): never a task failure."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxSpec:
+  """What a sandbox is made of and what it may use."""
+
+  image: str = "default"  # image name/id; "default" is the project's built task rootfs
+  cpus: float = 1.0
+  memory_mb: int = 1024
+  pids: int = 256
+  disk_mb: int = 512  # workspace (and /tmp) quota
+  exec_timeout_s: float = 30.0  # default per-exec wall-clock limit
+  episode_timeout_s: float = 1800.0  # wall-clock limit over the sandbox's whole life
+  max_output_bytes: int = 1 << 20  # per stream, per exec
+  network: bool = False
+  env: tuple[tuple[str, str], ...] = ()
+  workdir: str = "/workspace"
+  user: str = "agent"  # non-root user inside the sandbox
+  setup_script: str | None = None  # shell run once on top of the image at creation
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecResult:
+  exit_code: int
+  stdout: str
+  stderr: str
+  timed_out: bool = False
+  truncated: bool = False
+  duration_s: float = 0.0
+  oom_killed: bool = False
+
+
+class Sandbox(abc.ABC):
+  """A live sandbox. Use as a context manager; `close()` is idempotent and never leaks."""
+
+  spec: SandboxSpec
+
+  @abc.abstractmethod
+  def exec(self, cmd: str, timeout_s: float | None = None, stdin: str | None = None) -> ExecResult:
+    """Runs `cmd` with bash -lc in the workdir; the whole process tree dies on timeout."""
+
+  @abc.abstractmethod
+  def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None: ...
+
+  @abc.abstractmethod
+  def read_file(self, path: str) -> bytes: ...
+
+  @abc.abstractmethod
+  def upload(self, host_path: str, sandbox_path: str) -> None:
+    """Copies a host file or directory tree into the sandbox."""
+
+  @abc.abstractmethod
+  def download(self, sandbox_path: str, host_path: str) -> None:
+    """Copies a sandbox file or directory tree out to the host."""
+
+  @abc.abstractmethod
+  def snapshot(self) -> str:
+    """Captures the workspace (and writable filesystem state); returns a snapshot id."""
+
+  @abc.abstractmethod
+  def restore(self, snapshot_id: str) -> None:
+    """Restores a snapshot byte-identically."""
+
+  @abc.abstractmethod
+  def close(self) -> None: ...
+
+  @property
+  @abc.abstractmethod
+  def alive(self) -> bool: ...
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+    return False

@@ -1,0 +1,104 @@
+"""TrainState and its creation, born sharded on the mesh: jit(init, out_shardings=...).
+
+The params are the fp32 master copy (ModelConfig.param_dtype); the model casts them to its
+compute dtype (ModelConfig.dtype, e.g. bfloat16) inside `apply`, so gradients and the
+AdamW moments stay fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from models import transformer
+from models.config import ModelConfig
+from parallel import sharding
+from parallel.rules import merge_rules
+from rl.config import OptimConfig, TrainConfig
+
+
+@flax.struct.dataclass
+class TrainState:
+  """step, fp32 params, optimizer state, and the frozen reference params (None: no KL)."""
+
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  ref_params: Any = None
+
+
+def lr_schedule(cfg: OptimConfig) -> optax.Schedule:
+  """Linear warmup from 0 to lr, then cosine decay to lr * end_lr_ratio at decay_steps."""
+  return optax.warmup_cosine_decay_schedule(
+    init_value=0.0,
+    peak_value=cfg.lr,
+    warmup_steps=cfg.warmup_steps,
+    decay_steps=max(cfg.decay_steps, cfg.warmup_steps + 1),
+    end_value=cfg.lr * cfg.end_lr_ratio,
+  )
+
+
+def decay_mask(axes):
+  """Weight decay only on matrices: params with >= 2 logical axes besides 'layers'.
+
+  Norm scales and biases (vectors per layer) are not decayed, as is usual for transformers.
+  """
+  return jax.tree.map(
+    lambda names: sum(a != "layers" for a in names) >= 2, axes, is_leaf=sharding.is_axes_leaf
+  )
+
+
+def make_optimizer(cfg: OptimConfig, axes=None) -> optax.GradientTransformation:
+  """clip_by_global_norm -> adamw(warmup + cosine); `axes` (param_axes) picks what decays."""
+  parts = [optax.clip_by_global_norm(cfg.max_grad_norm)] if cfg.max_grad_norm > 0 else []
+  parts.append(
+    optax.adamw(
+      lr_schedule(cfg),
+      b1=cfg.b1,
+      b2=cfg.b2,
+      eps=cfg.eps,
+      weight_decay=cfg.weight_decay,
+      mask=decay_mask(axes) if axes is not None else None,
+    )
+  )
+  return optax.chain(*parts)
+
+
+def state_shardings(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, with_ref: bool):
+  """The TrainState of NamedShardings (params by the rules table, optimizer alike)."""
+  tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
+  rules = merge_rules(overrides=cfg.rules)
+  abs_params = jax.eval_shape(lambda: transformer.init(model_cfg, jax.random.key(0)))
+  p_sh = sharding.param_shardings(transformer.param_axes(model_cfg), abs_params, mesh, rules)
+  o_sh = sharding.opt_state_shardings(tx, jax.eval_shape(tx.init, abs_params), p_sh, mesh)
+  rep = sharding.replicated(mesh)
+  return TrainState(step=rep, params=p_sh, opt_state=o_sh, ref_params=p_sh if with_ref else None)
+
+
+def create_train_state(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, key, params=None):
+  """A sharded TrainState, from `transformer.init(model_cfg, key)` or the given `params`.
+
+  The reference params (a copy of the initial params) exist only when cfg.loss.kl != 'none'.
+  Returns (state, shardings) where shardings is a TrainState of NamedShardings.
+  """
+  with_ref = cfg.loss.kl != "none"
+  shardings = state_shardings(model_cfg, cfg, mesh, with_ref)
+  tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
+
+  def init(key, params):
+    if params is None:
+      params = transformer.init(model_cfg, key)
+    return TrainState(
+      step=jnp.zeros((), jnp.int32),
+      params=params,
+      opt_state=tx.init(params),
+      ref_params=params if with_ref else None,
+    )
+
+  state = jax.jit(init, out_shardings=shardings)(key, params)
+  return state, shardings

@@ -1,0 +1,271 @@
+"""The jitted, sharded GRPO-family update: `train_step(state, batch) -> (state, metrics)`.
+
+Legend: B rows, T tokens per row, S sequence slots per row, M micro-batches.
+
+Batch format (a flat dict of NumPy arrays built by the host loop; rl.packing.pack builds it):
+  tokens_BT              int32  token ids; padding anywhere with segment id 0
+  segment_ids_BT         int32  1..S for the sequences packed into a row, 0 = padding
+  positions_BT           int32  position of each token within its own sequence (0-based)
+  loss_mask_BT           float  1 where the token was produced by the policy (gets a loss)
+  behaviour_logprobs_BT  float  optional; log-prob the engine sampled token t with, aligned
+                                like loss_mask (entry t scores tokens[t]). Missing: on-policy
+                                (old = the current policy, no gradient through it).
+  rewards_BS, group_ids_BS      per-sequence reward and prompt group (slot s = segment s+1);
+    or advantages_BS            precomputed advantages instead (then no estimator runs)
+  truncated_BS           bool   optional; the response hit the length limit (overlong='mask')
+  prox_logprobs_BT       float  optional (decoupled PPO): proximal log-probs from
+                                `compute_logprobs` before several mini-batch updates; missing:
+                                the params at the start of this step (stop-gradient, no extra
+                                forward), which is exact for one update per rollout batch
+  ref_logprobs_BT        float  optional; reference log-probs (else computed from
+                                state.ref_params when LossConfig.kl != 'none')
+The first token of a sequence never gets a loss (nothing predicts it). B must divide by the
+batch mesh axes and by TrainConfig.micro_batches.
+
+Micro-batches take rows m, m+M, m+2M, ... so each one is spread over every data shard. All
+denominators (token and sequence counts) and the advantages come from the whole batch, so the
+accumulated gradient equals the gradient of one big batch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from models import transformer
+from models.config import ModelConfig
+from parallel import sharding
+from parallel.rules import constrain, merge_rules, use_mesh_rules
+from rl import advantages as adv_lib
+from rl import losses
+from rl.config import LossConfig, TrainConfig
+from rl.train_state import TrainState, lr_schedule, make_optimizer
+
+_NAMES = {"T": ("batch", "length"), "S": ("batch", "segments")}
+
+
+def target_mask(segment_ids_BT):
+  """1 where token t continues the sequence of token t-1 (so the logits at t-1 predict it)."""
+  seg = segment_ids_BT
+  same_BT = (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0)
+  return jnp.pad(same_BT, ((0, 0), (1, 0))).astype(jnp.float32)
+
+
+def forward_logprobs(params, batch, model_cfg: ModelConfig, with_entropy: bool):
+  """(logp_BT, entropy_BT or None, moe aux loss) of the batch's tokens under `params`."""
+  logits_BTV, aux = transformer.apply(
+    params,
+    batch["tokens_BT"],
+    model_cfg,
+    positions_BT=batch["positions_BT"],
+    segment_ids_BT=batch["segment_ids_BT"],
+    return_aux=True,
+  )
+  logp_BT, ent_BT = losses.token_logprobs(logits_BTV, batch["tokens_BT"], with_entropy)
+  aux_loss = aux.get("moe_aux_loss", jnp.zeros((), jnp.float32)) if aux else 0.0
+  return logp_BT, ent_BT, aux_loss
+
+
+def compute_logprobs(params, batch, model_cfg: ModelConfig):
+  """Proximal / reference forward: log-probs aligned with the tokens, 0 where none."""
+  logp_BT, _, _ = forward_logprobs(params, batch, model_cfg, with_entropy=False)
+  return jax.lax.stop_gradient(logp_BT) * target_mask(batch["segment_ids_BT"])
+
+
+def prepare(batch, cfg: LossConfig):
+  """Whole-batch quantities: final loss mask, advantages_BS, denominators, stats."""
+  n_slots = next(v.shape[1] for k, v in batch.items() if k.endswith("_BS"))
+  segs = losses.Segments.make(batch["segment_ids_BT"], n_slots)
+  valid_BS = segs.sum(jnp.ones_like(batch["loss_mask_BT"], jnp.float32)) > 0
+  mask_BT = batch["loss_mask_BT"].astype(jnp.float32) * target_mask(batch["segment_ids_BT"])
+  len_BS = segs.sum(mask_BT)  # policy tokens per sequence
+  if cfg.overlong == "mask":
+    if "truncated_BS" not in batch:
+      raise ValueError("LossConfig.overlong='mask' needs truncated_BS in the batch")
+    mask_BT = mask_BT * (1.0 - segs.to_tokens(batch["truncated_BS"].astype(jnp.float32)))
+  if "advantages_BS" in batch:
+    if cfg.overlong == "penalty":
+      raise ValueError(
+        "LossConfig.overlong='penalty' shapes rewards: pass rewards_BS, not advantages_BS"
+      )
+    adv_BS = jnp.where(valid_BS, batch["advantages_BS"].astype(jnp.float32), 0.0)
+    rew_BS = jnp.zeros_like(adv_BS)
+  else:
+    rew_BS = batch["rewards_BS"].astype(jnp.float32)
+    if cfg.overlong == "penalty":
+      pen = adv_lib.overlong_penalty(len_BS, cfg.overlong_max_len, cfg.overlong_buffer)
+      rew_BS = rew_BS + cfg.overlong_penalty * pen
+    flat = lambda x: x.reshape(-1)
+    adv_N = adv_lib.compute_advantages(
+      cfg.advantage, flat(rew_BS), flat(batch["group_ids_BS"]), flat(valid_BS), cfg.adv_eps
+    )
+    adv_BS = adv_N.reshape(rew_BS.shape)
+  live_BS = valid_BS & (segs.sum(mask_BT) > 0)
+  norm = cfg.norm_length or batch["tokens_BT"].shape[1]
+  denoms = losses.Denoms(mask_BT.sum(), live_BS.sum().astype(jnp.float32), jnp.float32(norm))
+  return mask_BT, adv_BS, denoms, _seq_stats(adv_BS, rew_BS, valid_BS, len_BS)
+
+
+def _seq_stats(adv_BS, rew_BS, valid_BS, len_BS):
+  n = jnp.maximum(valid_BS.sum(), 1).astype(jnp.float32)
+  mean = lambda x: jnp.where(valid_BS, x, 0.0).sum() / n
+  adv_mean = mean(adv_BS)
+  return {
+    "adv_mean": adv_mean,
+    "adv_std": jnp.sqrt(mean(jnp.square(adv_BS - adv_mean))),
+    "adv_max": jnp.where(valid_BS, adv_BS, -jnp.inf).max(),
+    "adv_min": jnp.where(valid_BS, adv_BS, jnp.inf).min(),
+    "reward_mean": mean(rew_BS),
+    "response_len_mean": mean(len_BS),
+    "n_seqs": valid_BS.sum().astype(jnp.float32),
+  }
+
+
+def micro_loss(params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig):
+  """Loss of one micro-batch (its share of the whole-batch loss) and metric sums."""
+  with_ent = cfg.compute_entropy or cfg.entropy_coef != 0.0
+  logp_BT, ent_BT, aux_loss = forward_logprobs(params, mb, model_cfg, with_ent)
+  cur_sg = jax.lax.stop_gradient(logp_BT)
+  segs = losses.Segments.make(mb["segment_ids_BT"], mb["advantages_BS"].shape[1])
+  inputs = {
+    "loss_mask_BT": mb["loss_mask_BT"],
+    "advantages_BT": segs.to_tokens(mb["advantages_BS"]),
+    "old_logprobs_BT": mb.get("behaviour_logprobs_BT", cur_sg),
+    "prox_logprobs_BT": mb.get("prox_logprobs_BT", cur_sg),
+  }
+  if cfg.kl != "none":
+    ref = mb.get("ref_logprobs_BT")
+    inputs["ref_logprobs_BT"] = (
+      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg)
+    )
+  loss, metrics = losses.loss_from_logprobs(logp_BT, ent_BT, inputs, segs, denoms, cfg)
+  metrics["sum"]["moe_aux_loss"] = jax.lax.stop_gradient(aux_loss)
+  return loss + aux_loss * denoms.aux_weight, metrics
+
+
+def _split(batch, m: int):
+  """[B, ...] -> [M, B/M, ...] taking rows m, m+M, ... into micro-batch m."""
+  return {
+    k: jnp.swapaxes(v.reshape(v.shape[0] // m, m, *v.shape[1:]), 0, 1) for k, v in batch.items()
+  }
+
+
+def _combine(acc, new):
+  grads = jax.tree.map(jnp.add, acc[0], new[0])
+  met = {
+    "sum": jax.tree.map(jnp.add, acc[2]["sum"], new[2]["sum"]),
+    "max": jax.tree.map(jnp.maximum, acc[2]["max"], new[2]["max"]),
+    "min": jax.tree.map(jnp.minimum, acc[2]["min"], new[2]["min"]),
+  }
+  return grads, acc[1] + new[1], met
+
+
+def _identity_like(shapes):
+  """The neutral element of _combine: zeros for sums, -inf for maxima, +inf for minima."""
+  full = lambda v: lambda s: jnp.full(s.shape, v, s.dtype)
+  grads, loss, met = shapes
+  return (
+    jax.tree.map(full(0.0), grads),
+    full(0.0)(loss),
+    {
+      "sum": jax.tree.map(full(0.0), met["sum"]),
+      "max": jax.tree.map(full(-jnp.inf), met["max"]),
+      "min": jax.tree.map(full(jnp.inf), met["min"]),
+    },
+  )
+
+
+def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig):
+  """Sum of gradients, losses and metric sums over the micro-batches (lax.scan when M > 1)."""
+  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+
+  def run(mb):
+    (loss, met), grads = grad_fn(params, mb, ref_params, denoms, model_cfg, cfg.loss)
+    return grads, loss, met
+
+  m = cfg.micro_batches
+  if m == 1:
+    return run(batch)
+  micro = _split(batch, m)
+
+  def body(acc, mb):
+    mb = {k: constrain(v, _NAMES[k[-1]]) for k, v in mb.items()}
+    return _combine(acc, run(mb)), None
+
+  init = _identity_like(jax.eval_shape(run, jax.tree.map(lambda x: x[0], micro)))
+  acc, _ = jax.lax.scan(body, init, micro)
+  return acc
+
+
+def train_step(state: TrainState, batch, *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh):
+  """One optimizer update from one batch (format in the module docstring)."""
+  with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
+    mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
+    denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
+    keep = (
+      "tokens_BT",
+      "positions_BT",
+      "segment_ids_BT",
+      "behaviour_logprobs_BT",
+      "prox_logprobs_BT",
+      "ref_logprobs_BT",
+    )
+    work = {k: v for k, v in batch.items() if k in keep}
+    work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
+    grads, loss, met = accumulate(state.params, state.ref_params, work, denoms, model_cfg, cfg)
+    tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+  n_tok = jnp.maximum(denoms.n_tokens, 1.0)
+  metrics = {k: v / n_tok for k, v in met["sum"].items() if k != "moe_aux_loss"}
+  metrics["moe_aux_loss"] = met["sum"]["moe_aux_loss"] / cfg.micro_batches
+  metrics.update({f"{k}_max": v for k, v in met["max"].items()})
+  metrics.update({f"{k}_min": v for k, v in met["min"].items()})
+  metrics.update(stats, loss=loss, n_tokens=denoms.n_tokens, grad_norm=optax.global_norm(grads))
+  metrics["lr"] = lr_schedule(cfg.optim)(state.step)
+  new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+  return new_state, metrics
+
+
+def make_train_step(
+  model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, state_shardings, batch_like
+):
+  """jit(train_step) with in/out shardings and the state donated.
+
+  batch_like: a batch (or a dict of ShapeDtypeStructs) with the keys and shapes every call
+  will use; a batch of other keys or shapes compiles again.
+  """
+  rules = merge_rules(overrides=cfg.rules)
+  b_sh = sharding.batch_shardings(batch_like, mesh, rules)
+  if cfg.micro_batches < 1 or batch_like["tokens_BT"].shape[0] % cfg.micro_batches:
+    raise ValueError(
+      f"TrainConfig.micro_batches={cfg.micro_batches} must be >= 1 and divide the "
+      f"{batch_like['tokens_BT'].shape[0]} rows of the batch"
+    )
+  fn = functools.partial(train_step, model_cfg=model_cfg, cfg=cfg, mesh=mesh)
+  return jax.jit(
+    fn,
+    in_shardings=(state_shardings, b_sh),
+    out_shardings=(state_shardings, sharding.replicated(mesh)),
+    donate_argnums=(0,),
+  )
+
+
+def make_compute_logprobs(
+  model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, param_shardings, batch_like
+):
+  """jit(compute_logprobs) for the proximal or reference forward of a host batch."""
+  rules = merge_rules(overrides=cfg.rules)
+  keys = ("tokens_BT", "positions_BT", "segment_ids_BT")
+  b_sh = sharding.batch_shardings({k: batch_like[k] for k in keys}, mesh, rules)
+
+  def fn(params, batch):
+    with use_mesh_rules(mesh, rules):
+      return compute_logprobs(params, batch, model_cfg)
+
+  jitted = jax.jit(fn, in_shardings=(param_shardings, b_sh), out_shardings=b_sh["tokens_BT"])
+  return lambda params, batch: jitted(params, {k: batch[k] for k in keys})

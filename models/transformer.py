@@ -1,0 +1,223 @@
+"""Decoder-only transformer (Llama 3, Qwen2, Qwen3, Qwen3-MoE, Mixtral) as pure functions.
+
+`params` is a plain nested dict of arrays. Per-layer weights are stacked on a leading
+'layers' axis and the stack runs under `jax.lax.scan`, so compile time does not grow with
+depth. `apply` is composed of `embed`, `layer_qkv`, `attend`, `layer_finish` and
+`unembed`; a cached decoder built from the same pieces computes the same function.
+
+Legend: B batch, T tokens, V vocab, D d_model, H heads, K kv heads, d head_dim,
+F d_ff, E experts, L layers.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from models import moe, rope
+from models.attention import attend
+from models.config import ModelConfig
+from models.layers import dtype_of, rms_norm, swiglu
+from parallel.rules import constrain
+
+_ACT_BTD = ("batch", "length", "act_embed")
+
+
+def _layer_shapes(cfg: ModelConfig) -> dict[str, tuple[tuple[int, ...], tuple[str, ...]]]:
+  """name -> (shape without the layer axis, logical axes) of one layer's weights."""
+  D, H, K, d = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+  s = {
+    "attn_norm": ((D,), ("embed",)),
+    "wq": ((D, H, d), ("embed", "heads", "head_dim")),
+    "wk": ((D, K, d), ("embed", "kv_heads", "head_dim")),
+    "wv": ((D, K, d), ("embed", "kv_heads", "head_dim")),
+    "wo": ((H, d, D), ("heads", "head_dim", "embed")),
+    "mlp_norm": ((D,), ("embed",)),
+  }
+  if cfg.attn_bias:
+    s["bq"] = ((H, d), ("heads", "head_dim"))
+    s["bk"] = ((K, d), ("kv_heads", "head_dim"))
+    s["bv"] = ((K, d), ("kv_heads", "head_dim"))
+  if cfg.attn_out_bias:
+    s["bo"] = ((D,), ("embed",))
+  if cfg.qk_norm:
+    s["q_norm"] = ((d,), ("head_dim",))
+    s["k_norm"] = ((d,), ("head_dim",))
+  if cfg.is_moe:
+    E, F = cfg.n_experts, cfg.moe_d_ff
+    s["router"] = ((D, E), ("embed", "experts"))
+    s["we_gate"] = ((E, D, F), ("experts", "embed", "mlp"))
+    s["we_up"] = ((E, D, F), ("experts", "embed", "mlp"))
+    s["we_down"] = ((E, F, D), ("experts", "mlp", "embed"))
+  else:
+    F = cfg.d_ff
+    s["w_gate"] = ((D, F), ("embed", "mlp"))
+    s["w_up"] = ((D, F), ("embed", "mlp"))
+    s["w_down"] = ((F, D), ("mlp", "embed"))
+  return s
+
+
+def _top_shapes(cfg: ModelConfig):
+  s = {
+    "embed": ((cfg.vocab_size, cfg.d_model), ("vocab", "embed")),
+    "final_norm": ((cfg.d_model,), ("embed",)),
+  }
+  if not cfg.tie_embeddings:
+    s["lm_head"] = ((cfg.d_model, cfg.vocab_size), ("embed", "vocab"))
+  return s
+
+
+def param_axes(cfg: ModelConfig):
+  """Logical axis names of every parameter (same tree structure as `init`)."""
+  axes = {k: ax for k, (_, ax) in _top_shapes(cfg).items()}
+  axes["layers"] = {k: ("layers", *ax) for k, (_, ax) in _layer_shapes(cfg).items()}
+  return axes
+
+
+def param_shapes(cfg: ModelConfig):
+  """Shapes of every parameter (same tree structure as `init`)."""
+  shapes = {k: sh for k, (sh, _) in _top_shapes(cfg).items()}
+  shapes["layers"] = {k: (cfg.n_layers, *sh) for k, (sh, _) in _layer_shapes(cfg).items()}
+  return shapes
+
+
+def init(cfg: ModelConfig, key: jax.Array):
+  """Random parameters: N(0, 0.02) matrices (as HF's initializer_range), unit norms, zero biases."""
+  pdt = dtype_of(cfg.param_dtype)
+  shapes = param_shapes(cfg)
+  flat, treedef = jax.tree.flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
+  keys = jax.random.split(key, len(flat))
+  leaves = []
+  for (path, shape), k in zip(flat, keys, strict=True):
+    name = path[-1].key
+    if name.endswith("norm"):
+      leaves.append(jnp.ones(shape, pdt))
+    elif name.startswith("b"):
+      leaves.append(jnp.zeros(shape, pdt))
+    else:
+      leaves.append((0.02 * jax.random.normal(k, shape, jnp.float32)).astype(pdt))
+  return jax.tree.unflatten(treedef, leaves)
+
+
+# ------------------------------------------------------------------- pieces
+
+
+def embed(params, tokens_BT, cfg: ModelConfig):
+  x_BTD = jnp.take(params["embed"], tokens_BT, axis=0).astype(dtype_of(cfg.dtype))
+  return constrain(x_BTD, _ACT_BTD)
+
+
+def layer_qkv(lp, x_BTD, positions_BT, cfg: ModelConfig):
+  """Pre-norm, q/k/v projections (+bias), q/k RMSNorm (Qwen3) and RoPE."""
+  dt = x_BTD.dtype
+  h_BTD = rms_norm(x_BTD, lp["attn_norm"], cfg.norm_eps)
+  q = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wq"].astype(dt))
+  k = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wk"].astype(dt))
+  v = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wv"].astype(dt))
+  if cfg.attn_bias:
+    q, k, v = q + lp["bq"].astype(dt), k + lp["bk"].astype(dt), v + lp["bv"].astype(dt)
+  if cfg.qk_norm:
+    q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
+    k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
+  cos_BTd, sin_BTd = rope.cos_sin(positions_BT, cfg)
+  q_BTHd = constrain(rope.apply_rope(q, cos_BTd, sin_BTd), ("batch", "length", "heads", "head_dim"))
+  k_BTKd = constrain(
+    rope.apply_rope(k, cos_BTd, sin_BTd), ("batch", "length", "kv_heads", "head_dim")
+  )
+  v_BTKd = constrain(v, ("batch", "length", "kv_heads", "head_dim"))
+  return q_BTHd, k_BTKd, v_BTKd
+
+
+def _finish(lp, x_BTD, attn_BTHd, cfg: ModelConfig, valid_BT=None):
+  """layer_finish plus the MoE balance statistics [3, E] (zeros [3, 1] when dense)."""
+  dt = x_BTD.dtype
+  o_BTD = jnp.einsum("bthk,hkd->btd", attn_BTHd.astype(dt), lp["wo"].astype(dt))
+  if cfg.attn_out_bias:
+    o_BTD = o_BTD + lp["bo"].astype(dt)
+  x_BTD = constrain(x_BTD + o_BTD, _ACT_BTD)
+  h_BTD = rms_norm(x_BTD, lp["mlp_norm"], cfg.norm_eps)
+  if cfg.is_moe:
+    y_BTD, stats = moe.moe_mlp(h_BTD, lp, cfg, valid_BT)
+  else:
+    y_BTD, stats = swiglu(h_BTD, lp["w_gate"], lp["w_up"], lp["w_down"]), jnp.zeros((3, 1))
+  return constrain(x_BTD + y_BTD, _ACT_BTD), stats
+
+
+def layer_finish(lp, x_BTD, attn_BTHd, cfg: ModelConfig):
+  """Out-projection + residual + MLP/MoE + residual; returns (x_BTD, this layer's aux loss)."""
+  x_BTD, stats = _finish(lp, x_BTD, attn_BTHd, cfg)
+  return x_BTD, (moe.aux_loss(stats) if cfg.is_moe else jnp.zeros((), jnp.float32))
+
+
+def unembed(params, x_BTD, cfg: ModelConfig):
+  """Final RMSNorm and the LM head (tied or not); logits in fp32."""
+  dt = x_BTD.dtype
+  h_BTD = rms_norm(x_BTD, params["final_norm"], cfg.norm_eps)
+  if cfg.tie_embeddings:
+    logits = jnp.einsum(
+      "btd,vd->btv", h_BTD, params["embed"].astype(dt), preferred_element_type=jnp.float32
+    )
+  else:
+    logits = jnp.einsum(
+      "btd,dv->btv", h_BTD, params["lm_head"].astype(dt), preferred_element_type=jnp.float32
+    )
+  return constrain(logits, ("batch", "length", "vocab"))
+
+
+# ------------------------------------------------------------------- full model
+
+
+def _remat(fn, kind: str):
+  if kind == "none":
+    return fn
+  policy = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "save_dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+  }[kind]
+  return jax.checkpoint(fn, policy=policy, prevent_cse=False)
+
+
+def apply(
+  params, tokens_BT, cfg: ModelConfig, *, positions_BT=None, segment_ids_BT=None, return_aux=False
+):
+  """Logits [B, T, V] (fp32) for `tokens_BT`.
+
+  Args:
+    positions_BT: RoPE / causality positions (default 0..T-1 in every row; restart them
+      per segment for packed sequences).
+    segment_ids_BT: packed-sequence ids; tokens attend only inside their segment and
+      id 0 marks padding (ignored by attention and by the MoE balance loss).
+    return_aux: also return {'moe_aux_loss': HF's load-balancing loss (unscaled by
+      cfg.router_aux_coef; 0 for dense models)}.
+  """
+  B, T = tokens_BT.shape
+  if positions_BT is None:
+    positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+  valid_BT = None if segment_ids_BT is None else segment_ids_BT != 0
+
+  def body(carry, lp):
+    x_BTD, stats = carry
+    q, k, v = layer_qkv(lp, x_BTD, positions_BT, cfg)
+    attn = attend(
+      q,
+      k,
+      v,
+      q_pos_BT=positions_BT,
+      k_pos_BS=positions_BT,
+      q_seg_BT=segment_ids_BT,
+      k_seg_BS=segment_ids_BT,
+      impl=cfg.attention,
+      chunk=cfg.attn_chunk,
+    )
+    attn = constrain(attn, ("batch", "length", "heads", "head_dim"))
+    x_BTD, layer_stats = _finish(lp, x_BTD, attn, cfg, valid_BT)
+    return (x_BTD, stats + layer_stats), None
+
+  stats0 = jnp.zeros((3, cfg.n_experts if cfg.is_moe else 1), jnp.float32)
+  x_BTD = embed(params, tokens_BT, cfg)
+  (x_BTD, stats), _ = jax.lax.scan(_remat(body, cfg.remat), (x_BTD, stats0), params["layers"])
+  logits_BTV = unembed(params, x_BTD, cfg)
+  if not return_aux:
+    return logits_BTV
+  aux = moe.aux_loss(stats) if cfg.is_moe else jnp.zeros((), jnp.float32)
+  return logits_BTV, {"moe_aux_loss": aux}

@@ -1,0 +1,434 @@
+"""The agent loop: multi-turn tool-calling episodes in a sandbox, token-in/token-out.
+
+Tool-call format (Qwen/Hermes style, so real chat checkpoints can use it). One call per turn:
+
+  <tool_call>{"name": "shell", "arguments": {"command": "ls -la"}}</tool_call>
+  <tool_call>{"name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}</tool_call>
+  <tool_call>{"name": "finish", "arguments": {}}</tool_call>
+
+Text before `<tool_call>` (reasoning) is allowed. Generation stops at the string `</tool_call>`
+or at EOS. A malformed call (no call, bad JSON, unknown tool, missing/extra/non-string argument)
+becomes an error observation and the episode goes on; it never raises.
+
+Token-in/token-out: a trajectory keeps exactly the tokens and logprobs the engine produced.
+Each turn's prompt is the previous context + the new observation tokens (the tokenizer's chat
+template is rendered once per observation and only the *new* text is tokenised, never earlier
+turns), so the engine's `session_id` prefix reuse applies. Observation tokens have loss mask 0.
+
+Context budget: an observation longer than `max_obs_chars` keeps its head and tail around a
+`[... N chars truncated ...]` marker. When the next generation would not fit in
+`max_context_tokens`, the observations of all but the `keep_recent_turns` most recent turns are
+replaced by an elision marker (instruction and recent turns kept). That breaks the token prefix,
+so the episode starts a new *segment*: a fresh engine session re-prefills the shortened context.
+Every generated token is trained exactly once, in the segment whose context produced it (the
+earlier actions are plain context, mask 0, in later segments).
+
+Fault tolerance (`snapshot_every_turn`): the workspace is snapshotted before each action; an
+action after which the workspace directory is gone or emptied is rolled back and reported.
+
+An episode ends on `finish`, the turn / generated-token / wall-clock budget, an exhausted
+context, or an infrastructure failure (SandboxError or an engine error): then `infra_error`
+is set and the host loop retries or masks the episode; it never reads as reward 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from models.generator import GenerationRequest
+
+from envs.sandbox.base import Sandbox, SandboxError
+from models.sampling import SamplingParams
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+TOOLS: dict[str, tuple[str, ...]] = {
+  "shell": ("command",),
+  "write_file": ("path", "content"),
+  "finish": (),
+}
+DEFAULT_SYSTEM_PROMPT = (
+  "You are an agent in a Linux shell. Act with exactly one tool call per turn:\n"
+  '<tool_call>{"name": "shell", "arguments": {"command": "..."}}</tool_call>\n'
+  '<tool_call>{"name": "write_file", "arguments": {"path": "...", "content": "..."}}</tool_call>\n'
+  '<tool_call>{"name": "finish", "arguments": {}}</tool_call>'
+)
+ELIDED = "[earlier output elided]"
+_PLACEHOLDER = "\x1eAGENTRL_ACTION\x1e"
+
+
+class ToolCallError(ValueError):
+  """A malformed tool call; its message is shown to the model as the observation."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+  name: str
+  arguments: dict
+
+
+def parse_tool_call(text: str) -> ToolCall:
+  """Parses the first `<tool_call>` in `text`; raises ToolCallError naming what is wrong."""
+  start = text.find(TOOL_CALL_OPEN)
+  if start < 0:
+    raise ToolCallError(f"no tool call found: write {TOOL_CALL_OPEN}{{...}}{TOOL_CALL_CLOSE}")
+  body = text[start + len(TOOL_CALL_OPEN) :]
+  end = body.find(TOOL_CALL_CLOSE)
+  if end < 0:
+    raise ToolCallError(f"tool call not closed with {TOOL_CALL_CLOSE}")
+  try:
+    obj = json.loads(body[:end])
+  except json.JSONDecodeError as e:
+    raise ToolCallError(f"tool call is not valid JSON: {e.msg} at char {e.pos}") from None
+  if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+    raise ToolCallError('tool call must be a JSON object with a string "name"')
+  name, args = obj["name"], obj.get("arguments", {})
+  if name not in TOOLS:
+    raise ToolCallError(f"unknown tool {name!r}; tools: {', '.join(TOOLS)}")
+  if not isinstance(args, dict):
+    raise ToolCallError(f'"arguments" of {name} must be a JSON object')
+  missing = [a for a in TOOLS[name] if a not in args]
+  extra = sorted(set(args) - set(TOOLS[name]))
+  if missing or extra:
+    raise ToolCallError(f"{name}: missing arguments {missing}, unexpected arguments {extra}")
+  bad = [a for a in TOOLS[name] if not isinstance(args[a], str)]
+  if bad:
+    raise ToolCallError(f"{name}: arguments {bad} must be strings")
+  return ToolCall(name, dict(args))
+
+
+def format_tool_call(name: str, **arguments: str) -> str:
+  """The canonical text of a call (used for demonstrations)."""
+  return TOOL_CALL_OPEN + json.dumps({"name": name, "arguments": arguments}) + TOOL_CALL_CLOSE
+
+
+def truncate_middle(text: str, max_chars: int) -> str:
+  """Keeps the head and tail of `text` around a marker saying how much was cut."""
+  if len(text) <= max_chars:
+    return text
+  head = max_chars // 2
+  tail = max_chars - head
+  cut = len(text) - head - tail
+  return f"{text[:head]}\n[... {cut} chars truncated ...]\n{text[len(text) - tail :]}"
+
+
+def format_exec_observation(exit_code: int, stdout: str, stderr: str, timed_out=False) -> str:
+  """What the model sees after a shell command."""
+  parts = [f"exit code: {exit_code}" + (" (timed out)" if timed_out else "")]
+  if stdout:
+    parts.append("stdout:\n" + stdout.rstrip("\n"))
+  if stderr:
+    parts.append("stderr:\n" + stderr.rstrip("\n"))
+  return "\n".join(parts)
+
+
+class ChatFormat:
+  """Turns instructions and observations into tokens with the tokenizer's chat template.
+
+  `observation(text)` returns the tokens that follow a model action: the end of the assistant
+  turn, the tool message and the next generation prompt. They come from one render of the
+  template with a placeholder action, so earlier turns are never re-tokenised.
+  """
+
+  def __init__(self, tokenizer, system_prompt: str = DEFAULT_SYSTEM_PROMPT):
+    self.tokenizer = tokenizer
+    self.system_prompt = system_prompt
+    self._head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    self.tool_role = "tool"
+    try:
+      self._delta("probe")
+    except Exception:  # templates without a tool role: the response goes in a user turn
+      self.tool_role = "user"
+      self._delta("probe")
+
+  def prompt(self, instruction: str) -> list[int]:
+    msgs = self._head + [{"role": "user", "content": instruction}]
+    return self.tokenizer.encode(
+      self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    )
+
+  def _delta(self, text: str) -> str:
+    content = text if self.tool_role == "tool" else f"<tool_response>\n{text}\n</tool_response>"
+    msgs = self._head + [
+      {"role": "user", "content": "x"},
+      {"role": "assistant", "content": _PLACEHOLDER},
+      {"role": self.tool_role, "content": content},
+    ]
+    rendered = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    i = rendered.find(_PLACEHOLDER)
+    if i < 0 or text not in rendered[i:]:
+      raise ValueError("chat template dropped the assistant action or the tool response")
+    return rendered[i + len(_PLACEHOLDER) :]
+
+  def observation(self, text: str, after_eos: bool = False) -> list[int]:
+    """Tokens after an action; `after_eos`: the action already ended with the EOS token."""
+    delta = self._delta(text)
+    if after_eos:
+      eos_text = self.tokenizer.decode([self.tokenizer.eos_id])
+      if eos_text and delta.startswith(eos_text):
+        delta = delta[len(eos_text) :]
+    return self.tokenizer.encode(delta)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentConfig:
+  """Budgets and sampling of one episode."""
+
+  max_turns: int = 8
+  max_new_tokens: int = 256  # per turn
+  max_episode_tokens: int = 2048  # generated tokens over the whole episode
+  max_context_tokens: int = 4096  # context + one turn's generation must fit
+  max_obs_chars: int = 2000
+  keep_recent_turns: int = 2
+  episode_timeout_s: float = 600.0
+  exec_timeout_s: float = 30.0
+  generation_timeout_s: float = 600.0
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  greedy: bool = False
+  snapshot_every_turn: bool = False
+
+  def __post_init__(self):
+    for f in ("max_turns", "max_new_tokens", "max_episode_tokens", "max_context_tokens"):
+      if getattr(self, f) <= 0:
+        raise ValueError(f"AgentConfig.{f} must be > 0, got {getattr(self, f)}")
+
+
+@dataclasses.dataclass
+class Segment:
+  """One training row: a context the engine saw, token for token.
+
+  `loss_mask` is 1 on tokens this segment's engine session generated; `logprobs` and
+  `versions` are the engine's behaviour logprobs and policy versions there (0 / -1 elsewhere).
+  """
+
+  tokens: list[int] = dataclasses.field(default_factory=list)
+  loss_mask: list[int] = dataclasses.field(default_factory=list)
+  logprobs: list[float] = dataclasses.field(default_factory=list)
+  versions: list[int] = dataclasses.field(default_factory=list)
+
+  def extend(self, tokens, mask=0, logprobs=None, versions=None):
+    n = len(tokens)
+    self.tokens += list(tokens)
+    self.loss_mask += [mask] * n
+    self.logprobs += list(logprobs) if logprobs is not None else [0.0] * n
+    self.versions += list(versions) if versions is not None else [-1] * n
+
+
+@dataclasses.dataclass
+class TurnRecord:
+  action: str
+  tool: str | None
+  error: str | None  # tool-call parse error, if any
+  exit_code: int | None = None
+  gen_tokens: int = 0
+  gen_s: float = 0.0
+  env_s: float = 0.0
+  rolled_back: bool = False
+
+
+@dataclasses.dataclass
+class Episode:
+  """What one episode produced; `infra_error` set means: retry or mask, never reward 0."""
+
+  episode_id: str
+  segments: list[Segment]
+  turns: list[TurnRecord]
+  finish_reason: str  # finish | max_turns | token_budget | time_budget | context | infra
+  infra_error: str | None = None
+  elisions: int = 0
+  duration_s: float = 0.0
+
+  @property
+  def generated_tokens(self) -> int:
+    return sum(sum(s.loss_mask) for s in self.segments)
+
+  @property
+  def min_version(self) -> int:
+    vs = [v for s in self.segments for v, m in zip(s.versions, s.loss_mask, strict=True) if m]
+    return min(vs) if vs else -1
+
+  @property
+  def text(self) -> str:
+    return "".join(t.action for t in self.turns)
+
+
+def run_episode(
+  policy,
+  fmt: ChatFormat,
+  sandbox: Sandbox,
+  instruction: str,
+  cfg: AgentConfig,
+  *,
+  episode_id: str,
+  seed: int = 0,
+) -> Episode:
+  """Runs one episode. `policy` has the Generator API: submit(req) -> Future, release_session."""
+  return _Runner(policy, fmt, sandbox, instruction, cfg, episode_id, seed).run()
+
+
+class _Runner:
+  """The state of one running episode (split out so each step stays short)."""
+
+  def __init__(self, policy, fmt, sandbox, instruction, cfg, episode_id, seed):
+    self.policy, self.fmt, self.sandbox, self.cfg = policy, fmt, sandbox, cfg
+    self.episode_id, self.seed = episode_id, seed
+    self.prompt = fmt.prompt(instruction)
+    self.history: list[tuple[list[int], list[int]]] = []  # (action tokens, obs tokens) per turn
+    self.segments = [Segment()]
+    self.segments[0].extend(self.prompt)
+    self.turns: list[TurnRecord] = []
+    self.elisions = 0
+    self.generated = 0
+    self.start = time.monotonic()
+
+  @property
+  def session_id(self) -> str:
+    return f"{self.episode_id}/{len(self.segments) - 1}"
+
+  def run(self) -> Episode:
+    reason, infra = "max_turns", None
+    try:
+      for turn in range(self.cfg.max_turns):
+        reason = self._budget_reason()
+        if reason is None:
+          reason = self._turn(turn)
+        if reason is not None:
+          break
+      else:
+        reason = "max_turns"
+    except (SandboxError, _EngineError) as e:
+      reason, infra = "infra", f"{type(e).__name__}: {e}"
+    finally:
+      self.policy.release_session(self.session_id)
+    return Episode(
+      self.episode_id,
+      self.segments,
+      self.turns,
+      reason,
+      infra,
+      self.elisions,
+      time.monotonic() - self.start,
+    )
+
+  def _budget_reason(self) -> str | None:
+    if time.monotonic() - self.start >= self.cfg.episode_timeout_s:
+      return "time_budget"
+    if self.generated >= self.cfg.max_episode_tokens:
+      return "token_budget"
+    if not self._fit_context():
+      return "context"
+    return None
+
+  def _turn(self, turn: int) -> str | None:
+    """One action + observation; returns a finish reason or None to go on."""
+    t0 = time.monotonic()
+    res = self._generate(turn)
+    seg = self.segments[-1]
+    seg.extend(res.tokens, 1, res.logprobs, res.versions)
+    self.generated += len(res.tokens)
+    action = self.fmt.tokenizer.decode(res.tokens)
+    t1 = time.monotonic()
+    call, err = None, None
+    try:
+      call = parse_tool_call(action)
+    except ToolCallError as e:
+      err = str(e)
+    rec = TurnRecord(
+      action, call.name if call else None, err, gen_tokens=len(res.tokens), gen_s=t1 - t0
+    )
+    self.turns.append(rec)
+    if call is not None and call.name == "finish":
+      self.history.append((list(res.tokens), []))
+      return "finish"
+    obs = self._act(call, rec) if call is not None else f"error: {err}"
+    rec.env_s = time.monotonic() - t1
+    ended_eos = bool(res.tokens) and res.tokens[-1] == self.fmt.tokenizer.eos_id
+    obs_tokens = self.fmt.observation(truncate_middle(obs, self.cfg.max_obs_chars), ended_eos)
+    seg.extend(obs_tokens)
+    self.history.append((list(res.tokens), obs_tokens))
+    return None
+
+  def _generate(self, turn: int):
+    cfg = self.cfg
+    ctx = self.segments[-1].tokens
+    budget = min(
+      cfg.max_new_tokens, cfg.max_episode_tokens - self.generated, cfg.max_context_tokens - len(ctx)
+    )
+    req = GenerationRequest(
+      prompt_tokens=list(ctx),
+      max_new_tokens=budget,
+      sampling=SamplingParams(
+        cfg.temperature,
+        cfg.top_k,
+        cfg.top_p,
+        cfg.greedy,
+        seed=(self.seed * 1000003 + turn) & 0x7FFFFFFF,
+      ),
+      stop_token_ids=(self.fmt.tokenizer.eos_id,),
+      stop_strings=(TOOL_CALL_CLOSE,),
+      session_id=self.session_id,
+    )
+    try:
+      res = self.policy.submit(req).result(timeout=cfg.generation_timeout_s)
+    except Exception as e:  # a hung or failed engine is infrastructure, not the policy's fault
+      raise _EngineError(f"generation failed: {type(e).__name__}: {e}") from e
+    if res.finish_reason == "error":
+      raise _EngineError("engine returned finish_reason='error'")
+    return res
+
+  def _act(self, call: ToolCall, rec: TurnRecord) -> str:
+    """Executes a tool call in the sandbox (with optional rollback); returns the observation."""
+    snap = self.sandbox.snapshot() if self.cfg.snapshot_every_turn else None
+    before = self._workspace_entries() if snap else 0
+    remaining = self.cfg.episode_timeout_s - (time.monotonic() - self.start)
+    timeout = max(1.0, min(self.cfg.exec_timeout_s, remaining))
+    if call.name == "write_file":
+      self.sandbox.write_file(call.arguments["path"], call.arguments["content"])
+      rec.exit_code, obs = (
+        0,
+        f"wrote {len(call.arguments['content'])} chars to {call.arguments['path']}",
+      )
+    else:
+      r = self.sandbox.exec(call.arguments["command"], timeout_s=timeout)
+      rec.exit_code = r.exit_code
+      obs = format_exec_observation(r.exit_code, r.stdout, r.stderr, r.timed_out)
+    if snap is not None and before > 0 and self._workspace_entries() == 0:
+      self.sandbox.restore(snap)
+      rec.rolled_back = True
+      obs += "\n[this action destroyed the workspace; it was rolled back]"
+    return obs
+
+  def _workspace_entries(self) -> int:
+    r = self.sandbox.exec("ls -A . 2>/dev/null | wc -l", timeout_s=self.cfg.exec_timeout_s)
+    try:
+      return int(r.stdout.strip() or 0) if r.exit_code == 0 else 0
+    except ValueError:
+      return 0
+
+  def _fit_context(self) -> bool:
+    """Elides old observations when the next turn would not fit; False if it cannot fit."""
+    cfg, seg = self.cfg, self.segments[-1]
+    room = lambda n: n + min(cfg.max_new_tokens, 16) <= cfg.max_context_tokens
+    if room(len(seg.tokens)):
+      return True
+    marker = self.fmt.observation(ELIDED)
+    keep_from = max(0, len(self.history) - cfg.keep_recent_turns)
+    tokens = list(self.prompt)
+    for i, (act, obs) in enumerate(self.history):
+      tokens += act + (marker if i < keep_from and obs else obs)
+    if not room(len(tokens)) or len(tokens) >= len(seg.tokens):
+      return False
+    self.policy.release_session(self.session_id)
+    new = Segment()
+    new.extend(tokens)
+    self.segments.append(new)
+    self.elisions += 1
+    return True
+
+
+class _EngineError(RuntimeError):
+  pass

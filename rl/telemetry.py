@@ -1,0 +1,180 @@
+"""Run telemetry: TensorBoard event files, JSONL metrics and events, a progress bar, PNG plots.
+
+Under WORKDIR:
+  metrics.jsonl     one JSON object per logged step: {"step": s, "time": unix, name: value, ...}
+  events.jsonl      discrete events (quarantine, sandbox errors, resume, preemption, ...)
+  tb/               TensorBoard event files (`tensorboard --logdir WORKDIR`)
+  plots/*.png       curves drawn at the end of a run (`plot_curves`)
+
+Metric names use `/` groups (`pass_rate/overall`, `pass_rate/domain/files`, `time/idle_frac`);
+each group gets one PNG. A step redone after a resume is logged again; readers keep the last
+record of each step (`read_metrics`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+
+def _clean(v):
+  if isinstance(v, (np.generic,)):
+    v = v.item()
+  if isinstance(v, float) and not math.isfinite(v):
+    return None
+  return v
+
+
+class Telemetry:
+  """Writes scalars, histograms and events; shows a progress bar; plots at close."""
+
+  def __init__(
+    self,
+    workdir: str | os.PathLike,
+    *,
+    total_steps: int | None = None,
+    tensorboard: bool = True,
+    progress: bool = True,
+    print_every: int = 1,
+    initial_step: int = 0,
+  ):
+    self.dir = pathlib.Path(workdir)
+    self.dir.mkdir(parents=True, exist_ok=True)
+    self._metrics = open(self.dir / "metrics.jsonl", "a", buffering=1)
+    self._events = open(self.dir / "events.jsonl", "a", buffering=1)
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter
+
+      self._tb = SummaryWriter(str(self.dir / "tb"))
+    self._bar = None
+    if progress:
+      from tqdm.auto import tqdm
+
+      self._bar = tqdm(
+        total=total_steps,
+        initial=initial_step,
+        desc="train",
+        unit="step",
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=1.0,
+      )
+    self.print_every = print_every
+    self._last_step = initial_step
+
+  def log(self, step: int, metrics: dict, *, show: tuple[str, ...] = ()) -> None:
+    """Records scalar metrics of `step`; `show` names the ones for the progress line."""
+    clean = {k: _clean(v) for k, v in metrics.items() if v is not None}
+    self._metrics.write(json.dumps({"step": step, "time": time.time(), **clean}) + "\n")
+    if self._tb is not None:
+      for k, v in clean.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+          self._tb.add_scalar(k, v, step)
+    shown = {k.split("/")[-1] if k.count("/") == 1 else k: clean[k] for k in show if k in clean}
+    if self._bar is not None:
+      self._bar.update(max(0, step - self._last_step))
+      self._bar.set_postfix(
+        {k: f"{v:.3g}" if isinstance(v, float) else v for k, v in shown.items()}
+      )
+    elif show and step % self.print_every == 0:
+      print(f"step {step}: " + " ".join(f"{k}={v:.4g}" for k, v in shown.items()), flush=True)
+    self._last_step = step
+
+  def histogram(self, step: int, name: str, values) -> None:
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+      return
+    if self._tb is not None:
+      self._tb.add_histogram(name, values, step)
+
+  def event(self, kind: str, **fields) -> None:
+    rec = {"time": time.time(), "kind": kind, **{k: _clean(v) for k, v in fields.items()}}
+    self._events.write(json.dumps(rec, default=str) + "\n")
+
+  def write(self, text: str) -> None:
+    """A console line that does not break the progress bar."""
+    if self._bar is not None:
+      self._bar.write(text)
+    else:
+      print(text, flush=True)
+
+  def close(self, plot: bool = True) -> list[pathlib.Path]:
+    if self._bar is not None:
+      self._bar.close()
+    if self._tb is not None:
+      self._tb.close()
+    self._metrics.close()
+    self._events.close()
+    return plot_curves(self.dir) if plot else []
+
+
+def read_metrics(workdir: str | os.PathLike) -> list[dict]:
+  """metrics.jsonl as records sorted by step, the last record of each step winning."""
+  path = pathlib.Path(workdir) / "metrics.jsonl"
+  by_step: dict[int, dict] = {}
+  if not path.exists():
+    return []
+  for line in path.read_text().splitlines():
+    try:
+      rec = json.loads(line)
+    except json.JSONDecodeError:  # a line cut by kill -9
+      continue
+    if "step" in rec:
+      by_step[rec["step"]] = {**by_step.get(rec["step"], {}), **rec}
+  return [by_step[s] for s in sorted(by_step)]
+
+
+def series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+  pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+  if not pts:
+    return np.zeros(0), np.zeros(0)
+  s, v = zip(*pts, strict=True)
+  return np.asarray(s), np.asarray(v, dtype=np.float64)
+
+
+def plot_curves(workdir: str | os.PathLike, groups: list[str] | None = None) -> list[pathlib.Path]:
+  """One PNG per metric group (prefix before the first '/'), under WORKDIR/plots/."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  records = read_metrics(workdir)
+  keys = sorted(
+    {
+      k
+      for r in records
+      for k, v in r.items()
+      if k not in ("step", "time") and isinstance(v, (int, float))
+    }
+  )
+  by_group: dict[str, list[str]] = {}
+  for k in keys:
+    by_group.setdefault(k.split("/")[0], []).append(k)
+  out_dir = pathlib.Path(workdir) / "plots"
+  out_dir.mkdir(exist_ok=True)
+  written = []
+  for group, gkeys in sorted(by_group.items()):
+    if groups is not None and group not in groups:
+      continue
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for k in gkeys[:12]:
+      s, v = series(records, k)
+      ax.plot(s, v, label=k, marker="." if len(s) < 30 else None)
+    ax.set_xlabel("step")
+    ax.set_title(group)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path = out_dir / f"{group}.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    written.append(path)
+  return written

@@ -1,0 +1,409 @@
+"""Ring attention over the `sequence` mesh axis, causal work balanced by a zig-zag layout.
+
+Each device keeps its queries and passes its keys/values around a ring with `ppermute`;
+every step folds one K/V block into an online softmax (flash-attention style), so no
+device ever holds the full T x T score matrix, and inside a block the keys are taken in
+chunks so the live scores are only (T/n) x chunk. The backward pass is a second ring
+(custom VJP): K/V travel again together with their dK/dV accumulators, which arrive back
+at their owner after n hops; the forward saves only q, k, v, out and the log-sum-exp.
+
+Zig-zag layout. A causal mask makes late tokens attend to more keys than early ones, so
+cutting the sequence into n contiguous shards would give the last device n times the work
+of the first. Instead the sequence is cut into 2n equal chunks and device i holds chunks
+i and 2n-1-i (one early, one late):
+
+    n = 4, chunks 0..7:   device 0: [0, 7]   device 1: [1, 6]   device 2: [2, 5]   device 3: [3, 4]
+
+At ring step s device i holds the K/V of device j = (i - s) mod n. Step 0 (j == i) is the
+local causal block. For j < i every key of j's early chunk precedes every local query and
+j's late chunk follows them all: only q x (early half of kv) is computed. For j > i only
+the local late chunk sees any of j's keys, and it sees all of them: only (late half of q)
+x kv. Both are half a block, so every device does the same work at every step (Llama 3's
+context-parallel layout; ring-flash-attention calls it "zigzag").
+
+A model runs in this layout end to end: permute tokens, positions, segment ids and loss
+masks once with `to_zigzag` (host side, before sharding), pass the permuted positions to
+RoPE, and everything except attention is per-token anyway. `from_zigzag` undoes it.
+
+Masking is by positions and segment ids, as in `models/attention.py`: key s is visible to
+query t when seg[t] == seg[s] and (not causal or pos[t] >= pos[s]). The skipped half
+blocks are assumed masked, which holds when positions increase along the natural order
+within each segment (always true for plain or packed sequences). Segment id 0 has no
+special meaning here (padding is just another segment; mask it out of the loss); a query
+with no visible key returns zeros.
+
+Legend: B batch, T tokens (global), L local tokens (T / n), C key chunk, H query heads,
+K kv heads, G = H / K query heads per kv head, d head dim.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from parallel import rules as rules_lib
+
+# Finite "minus infinity": exp() of it is exactly 0 in fp32 and it never makes inf - inf.
+_NEG = -0.7 * float(np.finfo(np.float32).max)
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def zigzag_indices(seq_len: int, n: int) -> np.ndarray:
+  """Natural positions in zig-zag order: `x_layout = x[..., zigzag_indices(T, n)]`."""
+  if n < 1 or seq_len % (2 * n):
+    raise ValueError(f"zig-zag layout needs seq_len ({seq_len}) divisible by 2 * n ({2 * n})")
+  chunks = np.arange(seq_len).reshape(2 * n, seq_len // (2 * n))
+  order = [c for i in range(n) for c in (i, 2 * n - 1 - i)]
+  return chunks[order].reshape(-1)
+
+
+def _reorder_chunks(x, order, axis):
+  """Concatenates the len(order) equal chunks of `axis` in `order` (static slices, no gather)."""
+  axis %= x.ndim
+  c = x.shape[axis] // len(order)
+  parts = [x[(slice(None),) * axis + (slice(i * c, (i + 1) * c),)] for i in order]
+  return (np if isinstance(x, np.ndarray) else jnp).concatenate(parts, axis)
+
+
+def to_zigzag(x, n: int, axis: int = 1):
+  """Reorders the sequence axis of `x` (NumPy or JAX) from natural into zig-zag order."""
+  zigzag_indices(x.shape[axis], n)  # validates the length
+  return _reorder_chunks(x, [c for i in range(n) for c in (i, 2 * n - 1 - i)], axis)
+
+
+def from_zigzag(x, n: int, axis: int = 1):
+  """Inverse of `to_zigzag`."""
+  zigzag_indices(x.shape[axis], n)
+  order = [c for i in range(n) for c in (i, 2 * n - 1 - i)]
+  return _reorder_chunks(x, list(np.argsort(order)), axis)
+
+
+# --------------------------------------------------------------------------- one block
+
+
+def _mask_BQC(q_pos_BQ, k_pos_BC, q_seg_BQ, k_seg_BC, causal):
+  mask = q_seg_BQ[:, :, None] == k_seg_BC[:, None, :]
+  if causal:
+    mask &= q_pos_BQ[:, :, None] >= k_pos_BC[:, None, :]
+  return mask[:, None, None]  # broadcast over K, G
+
+
+def _scores(q_BQKGd, k_BCKd, scale):
+  return (
+    jnp.einsum("bqkgd,bckd->bkgqc", q_BQKGd, k_BCKd, preferred_element_type=jnp.float32) * scale
+  )
+
+
+def _chunked(kv_arrays, chunk):
+  """Splits the sequence axis (1) of each array into (n_chunks, ...) for a scan."""
+  b, s = kv_arrays[0].shape[:2]
+  return [a.reshape(b, s // chunk, chunk, *a.shape[2:]).swapaxes(0, 1) for a in kv_arrays]
+
+
+def _block_fwd(acc, q_BQKGd, q_pos_BQ, q_seg_BQ, kv, *, causal, chunk, scale):
+  """Folds one K/V block into the running (o, m, l), key chunk by key chunk."""
+  q_pos = q_pos_BQ
+
+  def step(acc, kv_c):
+    o_BQKGd, m_BKGQ, l_BKGQ = acc
+    k_BCKd, v_BCKd, k_pos_BC, k_seg_BC = kv_c
+    mask = _mask_BQC(q_pos, k_pos_BC, q_seg_BQ, k_seg_BC, causal)
+    s_BKGQC = jnp.where(mask, _scores(q_BQKGd, k_BCKd, scale), _NEG)
+    m_new = jnp.maximum(m_BKGQ, s_BKGQC.max(-1))
+    # where() keeps fully masked rows at exactly 0 instead of exp(_NEG - _NEG) = 1.
+    p_BKGQC = jnp.where(mask, jnp.exp(s_BKGQC - m_new[..., None]), 0.0)
+    corr_BKGQ = jnp.exp(m_BKGQ - m_new)
+    l_new = l_BKGQ * corr_BKGQ + p_BKGQC.sum(-1)
+    pv = jnp.einsum(
+      "bkgqc,bckd->bqkgd", p_BKGQC.astype(v_BCKd.dtype), v_BCKd, preferred_element_type=jnp.float32
+    )
+    o_new = o_BQKGd * jnp.moveaxis(corr_BKGQ, 3, 1)[..., None] + pv
+    return (o_new, m_new, l_new), None
+
+  acc, _ = jax.lax.scan(step, acc, _chunked(kv, chunk))
+  return acc
+
+
+def _block_bwd(
+  q_BQKGd, q_pos_BQ, q_seg_BQ, do_BQKGd, lse_BKGQ, delta_BKGQ, kv, *, causal, chunk, scale
+):
+  """Gradients of one (q, K/V block) pair: returns dq, dk, dv (fp32)."""
+
+  def step(dq_BQKGd, kv_c):
+    k_BCKd, v_BCKd, k_pos_BC, k_seg_BC = kv_c
+    mask = _mask_BQC(q_pos_BQ, k_pos_BC, q_seg_BQ, k_seg_BC, causal)
+    s_BKGQC = _scores(q_BQKGd, k_BCKd, scale)
+    p_BKGQC = jnp.where(mask, jnp.exp(s_BKGQC - lse_BKGQ[..., None]), 0.0)
+    f32 = dict(preferred_element_type=jnp.float32)
+    dv_BCKd = jnp.einsum("bkgqc,bqkgd->bckd", p_BKGQC, do_BQKGd, **f32)
+    dp_BKGQC = jnp.einsum("bqkgd,bckd->bkgqc", do_BQKGd, v_BCKd, **f32)
+    ds_BKGQC = p_BKGQC * (dp_BKGQC - delta_BKGQ[..., None]) * scale
+    dq_BQKGd = dq_BQKGd + jnp.einsum("bkgqc,bckd->bqkgd", ds_BKGQC, k_BCKd, **f32)
+    dk_BCKd = jnp.einsum("bkgqc,bqkgd->bckd", ds_BKGQC, q_BQKGd, **f32)
+    return dq_BQKGd, (dk_BCKd, dv_BCKd)
+
+  dq0 = jnp.zeros_like(q_BQKGd, jnp.float32)  # zeros_like keeps the shard_map vma type
+  dq, (dk, dv) = jax.lax.scan(step, dq0, _chunked(kv, chunk))
+  _, b, _, kh, d = dk.shape  # (n_chunks, B, C, K, d)
+  return dq, dk.swapaxes(0, 1).reshape(b, -1, kh, d), dv.swapaxes(0, 1).reshape(b, -1, kh, d)
+
+
+# --------------------------------------------------------------------------- zig-zag cases
+
+# Which half of the local queries / of the visiting K/V block a ring step touches.
+_DIAG, _EARLY_KV, _LATE_Q = 0, 1, 2
+
+
+def _case(step, axis_name, n, causal):
+  if not causal:
+    return None
+  if isinstance(step, int) and step == 0:
+    return _DIAG
+  owner = (jax.lax.axis_index(axis_name) - step) % n
+  return jnp.where(owner < jax.lax.axis_index(axis_name), _EARLY_KV, _LATE_Q)
+
+
+def _half(x, which):
+  h = x.shape[1] // 2
+  return x[:, :h] if which == 0 else x[:, h:]
+
+
+def _fwd_step(acc, q, kv, case, **kw):
+  """One ring step of the forward pass; `case` picks the half blocks (see module doc)."""
+  q_BLKGd, pos_BL, seg_BL = q
+  if case is None or isinstance(case, int):
+    return _block_fwd(acc, q_BLKGd, pos_BL, seg_BL, kv, **kw)
+
+  def early_kv(acc):
+    return _block_fwd(acc, q_BLKGd, pos_BL, seg_BL, [_half(a, 0) for a in kv], **kw)
+
+  def late_q(acc):
+    # Rows of the early query chunk are untouched: update the late half only.
+    o, m, den = acc
+    o2, m2, den2 = _block_fwd(
+      (_half(o, 1), m[..., m.shape[-1] // 2 :], den[..., den.shape[-1] // 2 :]),
+      _half(q_BLKGd, 1), _half(pos_BL, 1), _half(seg_BL, 1), kv, **kw,
+    )  # fmt: skip
+    h = m.shape[-1] // 2
+    return (
+      jnp.concatenate([_half(o, 0), o2], 1),
+      jnp.concatenate([m[..., :h], m2], -1),
+      jnp.concatenate([den[..., :h], den2], -1),
+    )
+
+  return jax.lax.cond(case == _EARLY_KV, early_kv, late_q, acc)
+
+
+def _bwd_step(q, do, lse, delta, kv, case, **kw):
+  """One ring step of the backward pass: (dq, dk, dv) for the visiting block, full shapes."""
+  q_BLKGd, pos_BL, seg_BL = q
+  if case is None or isinstance(case, int):
+    return _block_bwd(q_BLKGd, pos_BL, seg_BL, do, lse, delta, kv, **kw)
+  h = q_BLKGd.shape[1] // 2
+
+  def early_kv(_):
+    dq, dk, dv = _block_bwd(
+      q_BLKGd, pos_BL, seg_BL, do, lse, delta, [_half(a, 0) for a in kv], **kw
+    )
+    pad = jnp.zeros_like(dk)
+    return dq, jnp.concatenate([dk, pad], 1), jnp.concatenate([dv, pad], 1)
+
+  def late_q(_):
+    dq, dk, dv = _block_bwd(
+      _half(q_BLKGd, 1), _half(pos_BL, 1), _half(seg_BL, 1), _half(do, 1),
+      lse[..., h:], delta[..., h:], kv, **kw,
+    )  # fmt: skip
+    return jnp.concatenate([jnp.zeros_like(dq), dq], 1), dk, dv
+
+  return jax.lax.cond(case == _EARLY_KV, early_kv, late_q, None)
+
+
+# --------------------------------------------------------------------------- the ring
+
+
+def _rotate(tree, axis_name, n):
+  """Sends every array to the next device on the ring (device i receives from i - 1)."""
+  perm = [(i, (i + 1) % n) for i in range(n)]
+  return jax.tree.map(lambda a: jax.lax.ppermute(a, axis_name, perm), tree)
+
+
+def _ring_loop(n, state, kv, step_fn, rotate, before_step=lambda s: s):
+  """Runs step_fn over the n ring steps, prefetching the next K/V while computing.
+
+  The last step is peeled so K/V rotate exactly n - 1 times.
+  """
+  state = step_fn(state, kv, 0)
+  if n == 1:
+    return state
+  nxt = rotate(kv)
+
+  def body(carry, step):
+    state, kv = carry
+    nxt = rotate(kv)  # independent of this step's compute, so XLA may overlap them
+    return (step_fn(before_step(state), kv, step), nxt), None
+
+  if n > 2:
+    (state, nxt), _ = jax.lax.scan(body, (state, nxt), jnp.arange(1, n - 1))
+  return step_fn(before_step(state), nxt, n - 1)
+
+
+def _make_ring(axis_name: str, n: int, causal: bool, chunk: int):
+  """The per-device ring attention with its custom (second ring) backward pass."""
+  rotate = functools.partial(_rotate, axis_name=axis_name, n=n)
+
+  def split_heads(q_BLHd, k_BLKd):
+    b, length, h, d = q_BLHd.shape
+    kh = k_BLKd.shape[2]
+    return q_BLHd.reshape(b, length, kh, h // kh, d), dict(
+      causal=causal, chunk=chunk, scale=d**-0.5
+    )
+
+  def fwd(q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL):
+    q_BLKGd, kw = split_heads(q_BLHd, k_BLKd)
+    b, length, kh, g, d = q_BLKGd.shape
+    qq = (q_BLKGd, pos_BL, seg_BL)
+    # *_like keeps the shard_map "varying" type of the inputs for the scan carries.
+    row_BKGL = jnp.moveaxis(q_BLKGd[..., 0], 1, 3)
+    acc = (
+      jnp.zeros_like(q_BLKGd, jnp.float32),
+      jnp.full_like(row_BKGL, _NEG, jnp.float32),
+      jnp.zeros_like(row_BKGL, jnp.float32),
+    )
+
+    def step(acc, kv, s):
+      return _fwd_step(acc, qq, kv, _case(s, axis_name, n, causal), **kw)
+
+    o, m, den = _ring_loop(n, acc, [k_BLKd, v_BLKd, pos_BL, seg_BL], step, rotate)
+    safe_l = jnp.where(den > 0, den, 1.0)
+    out = (o / jnp.moveaxis(safe_l, 3, 1)[..., None]).reshape(q_BLHd.shape).astype(q_BLHd.dtype)
+    lse_BKGL = jnp.where(den > 0, m + jnp.log(safe_l), 0.0)
+    return out, (q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL, out, lse_BKGL)
+
+  def bwd(res, do_BLHd):
+    q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL, out_BLHd, lse_BKGL = res
+    q_BLKGd, kw = split_heads(q_BLHd, k_BLKd)
+    do_BLKGd = do_BLHd.reshape(q_BLKGd.shape)
+    delta = jnp.sum(do_BLKGd.astype(jnp.float32) * out_BLHd.reshape(q_BLKGd.shape), -1)
+    delta_BKGL = jnp.moveaxis(delta, 1, 3)
+    qq = (q_BLKGd, pos_BL, seg_BL)
+
+    def step(state, kv, s):
+      dq, dk, dv = state
+      dq_s, dk_s, dv_s = _bwd_step(
+        qq, do_BLKGd, lse_BKGL, delta_BKGL, kv, _case(s, axis_name, n, causal), **kw
+      )
+      return dq + dq_s, dk + dk_s, dv + dv_s
+
+    f32_zeros = lambda x: jnp.zeros_like(x, jnp.float32)
+    state = (f32_zeros(q_BLKGd), f32_zeros(k_BLKd), f32_zeros(v_BLKd))
+    # dK/dV travel with their K/V block: one hop before each later step, one to get home.
+    hop = lambda st: (st[0], *rotate(st[1:]))
+    kv = [k_BLKd, v_BLKd, pos_BL, seg_BL]
+    dq, dk, dv = (
+      hop(_ring_loop(n, state, kv, step, rotate, before_step=hop))
+      if n > 1
+      else (_ring_loop(n, state, kv, step, rotate))
+    )
+    return (
+      dq.reshape(q_BLHd.shape).astype(q_BLHd.dtype),
+      dk.astype(k_BLKd.dtype),
+      dv.astype(v_BLKd.dtype),
+      None,
+      None,
+    )
+
+  @jax.custom_vjp
+  def ring(q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL):
+    return fwd(q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL)[0]
+
+  ring.defvjp(fwd, bwd)
+  return ring
+
+
+def _specs(mesh, axis_name, rules):
+  """PartitionSpecs (q, kv, tokens) with the sequence dim on `axis_name`."""
+  spec = rules_lib.logical_to_spec(("batch", None, "heads", None), rules, mesh)
+  kv_spec = rules_lib.logical_to_spec(("batch", None, "kv_heads", None), rules, mesh)
+
+  def drop(entry):
+    axes = (entry,) if isinstance(entry, str) else tuple(entry or ())
+    axes = tuple(a for a in axes if a != axis_name)
+    return None if not axes else axes[0] if len(axes) == 1 else axes
+
+  q = PartitionSpec(drop(spec[0]), axis_name, drop(spec[2]), None)
+  kv = PartitionSpec(drop(kv_spec[0]), axis_name, drop(kv_spec[2]), None)
+  return q, kv, PartitionSpec(q[0], axis_name)
+
+
+def _place(x, mesh, spec):
+  """Reshards `x` to `spec`: `reshard` on Explicit mesh axes, a constraint on Auto ones."""
+  used = [a for e in spec for a in ((e,) if isinstance(e, str) else (e or ()))]
+  explicit = jax.sharding.AxisType.Explicit
+  types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
+  if used and all(types[a] == explicit for a in used):
+    return jax.reshard(x, NamedSharding(mesh, spec))
+  return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+
+def _pick_chunk(block: int, chunk: int) -> int:
+  """Largest divisor of `block` that is <= chunk (key chunks must tile a half block)."""
+  return max(c for c in range(1, min(block, max(chunk, 1)) + 1) if block % c == 0)
+
+
+def ring_attention(
+  q_BTHd,
+  k_BTKd,
+  v_BTKd,
+  *,
+  mesh=None,
+  positions_BT=None,
+  segment_ids_BT=None,
+  causal: bool = True,
+  axis_name: str = "sequence",
+  chunk: int = 512,
+  rules=None,
+):
+  """Self-attention with the sequence sharded over `axis_name`, inputs in zig-zag layout.
+
+  Args:
+    q_BTHd, k_BTKd, v_BTKd: global arrays whose T axis is in zig-zag order (`to_zigzag`).
+    mesh: the device mesh; defaults to the one active in `parallel.rules.use_mesh_rules`.
+    positions_BT: positions of the tokens (zig-zag order); default: the natural positions
+      `zigzag_indices(T, n)`, i.e. one unpacked sequence per row.
+    segment_ids_BT: packed-sequence ids; a key is visible only within its segment.
+    causal: causal mask by position.
+    axis_name: the ring's mesh axis. Batch and heads are sharded by the rules table.
+    chunk: keys per inner step; the live score block is (T / n) x chunk per device.
+    rules: logical-axis rules (default: the active ones).
+
+  Returns:
+    out_BTHd in the same (zig-zag) order, sharded like q.
+  """
+  mesh = mesh if mesh is not None else rules_lib.current_mesh()
+  if mesh is None or axis_name not in mesh.shape:
+    raise ValueError(f"ring_attention needs a mesh with a {axis_name!r} axis, got {mesh}")
+  n = mesh.shape[axis_name]
+  b, t, h, _ = q_BTHd.shape
+  kh = k_BTKd.shape[2]
+  if t % (2 * n):
+    raise ValueError(f"sequence length {t} must be divisible by 2 * {axis_name} size = {2 * n}")
+  if h % kh:
+    raise ValueError(f"query heads ({h}) must be a multiple of kv heads ({kh})")
+  if positions_BT is None:
+    positions_BT = jnp.broadcast_to(jnp.asarray(zigzag_indices(t, n), jnp.int32), (b, t))
+  if segment_ids_BT is None:
+    segment_ids_BT = jnp.zeros((b, t), jnp.int32)
+  q_spec, kv_spec, bt_spec = _specs(mesh, axis_name, rules)
+  ring = _make_ring(axis_name, n, causal, _pick_chunk(t // (2 * n), chunk))
+  fn = jax.shard_map(
+    ring, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, bt_spec, bt_spec), out_specs=q_spec
+  )
+  args = (q_BTHd, k_BTKd, v_BTKd, positions_BT.astype(jnp.int32), segment_ids_BT.astype(jnp.int32))
+  specs = (q_spec, kv_spec, kv_spec, bt_spec, bt_spec)
+  return fn(*(_place(a, mesh, s) for a, s in zip(args, specs, strict=True)))

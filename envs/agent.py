@@ -37,9 +37,8 @@ import dataclasses
 import json
 import time
 
-from models.generator import GenerationRequest
-
 from envs.sandbox.base import Sandbox, SandboxError
+from models.generator import GenerationRequest
 from models.sampling import SamplingParams
 
 TOOL_CALL_OPEN = "<tool_call>"
@@ -135,6 +134,7 @@ class ChatFormat:
   def __init__(self, tokenizer, system_prompt: str = DEFAULT_SYSTEM_PROMPT):
     self.tokenizer = tokenizer
     self.system_prompt = system_prompt
+    self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
     self._head = [{"role": "system", "content": system_prompt}] if system_prompt else []
     self.tool_role = "tool"
     try:
@@ -162,13 +162,13 @@ class ChatFormat:
       raise ValueError("chat template dropped the assistant action or the tool response")
     return rendered[i + len(_PLACEHOLDER) :]
 
-  def observation(self, text: str, after_eos: bool = False) -> list[int]:
-    """Tokens after an action; `after_eos`: the action already ended with the EOS token."""
+  def observation(self, text: str, after_stop: int | None = None) -> list[int]:
+    """Tokens after an action; `after_stop`: the stop token the action already ended with."""
     delta = self._delta(text)
-    if after_eos:
-      eos_text = self.tokenizer.decode([self.tokenizer.eos_id])
-      if eos_text and delta.startswith(eos_text):
-        delta = delta[len(eos_text) :]
+    if after_stop is not None:
+      stop_text = self.tokenizer.decode([after_stop])
+      if stop_text and delta.startswith(stop_text):
+        delta = delta[len(stop_text) :]
     return self.tokenizer.encode(delta)
 
 
@@ -346,8 +346,10 @@ class _Runner:
       return "finish"
     obs = self._act(call, rec) if call is not None else f"error: {err}"
     rec.env_s = time.monotonic() - t1
-    ended_eos = bool(res.tokens) and res.tokens[-1] == self.fmt.tokenizer.eos_id
-    obs_tokens = self.fmt.observation(truncate_middle(obs, self.cfg.max_obs_chars), ended_eos)
+    ended_eos = bool(res.tokens) and res.tokens[-1] in self.fmt.stop_ids
+    obs_tokens = self.fmt.observation(
+      truncate_middle(obs, self.cfg.max_obs_chars), res.tokens[-1] if ended_eos else None
+    )
     seg.extend(obs_tokens)
     self.history.append((list(res.tokens), obs_tokens))
     return None
@@ -368,7 +370,7 @@ class _Runner:
         cfg.greedy,
         seed=(self.seed * 1000003 + turn) & 0x7FFFFFFF,
       ),
-      stop_token_ids=(self.fmt.tokenizer.eos_id,),
+      stop_token_ids=self.fmt.stop_ids,
       stop_strings=(TOOL_CALL_CLOSE,),
       session_id=self.session_id,
     )
@@ -432,3 +434,36 @@ class _Runner:
 
 class _EngineError(RuntimeError):
   pass
+
+
+class ScriptedPolicy:
+  """The Generator API replaying fixed action texts: demonstrations for SFT, and tests.
+
+  Each submit() returns the next action's tokens (cut at `max_new_tokens`) with logprob 0 and
+  version -1; after the script ends it repeats the last action.
+  """
+
+  def __init__(self, tokenizer, actions: list[str]):
+    if not actions:
+      raise ValueError("ScriptedPolicy needs at least one action")
+    self.tokenizer, self.actions, self.calls = tokenizer, list(actions), 0
+    self.prompts: list[list[int]] = []
+
+  def submit(self, req):
+    import concurrent.futures
+
+    from models.generator import GenerationResult
+
+    self.prompts.append(list(req.prompt_tokens))
+    text = self.actions[min(self.calls, len(self.actions) - 1)]
+    self.calls += 1
+    toks = self.tokenizer.encode(text)[: req.max_new_tokens]
+    reason = "stop_string" if text.endswith(TOOL_CALL_CLOSE) else "stop"
+    fut = concurrent.futures.Future()
+    fut.set_result(
+      GenerationResult(toks, [0.0] * len(toks), [-1] * len(toks), reason, len(req.prompt_tokens), 0)
+    )
+    return fut
+
+  def release_session(self, session_id: str) -> None:
+    pass

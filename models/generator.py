@@ -1,0 +1,347 @@
+"""Continuous-batching generator: thread-safe submit() -> Future over an Engine's decode slots.
+
+A background thread admits requests as slots and pages free up, runs one jitted decode step
+over all slots at a time and reads each step's tokens one step late, so the device always has
+the next step queued while the host handles the previous one (a finished request therefore
+costs one discarded token of compute). Pages are reserved for prompt + max_new_tokens at
+admission (so a running request never runs out) but allocated as tokens arrive.
+
+Prefix reuse: a request with a `session_id` keeps its pages after it finishes, together with the
+exact tokens whose K/V they hold. The next request of the session is matched token-exactly
+against them (longest common prefix) and only the rest is prefilled. With
+`prefix_caching=True`, full pages of prompts are also shared across requests by content.
+
+Per-token records: `logprobs` under the distribution the token was sampled from (see
+models.sampling) and `versions`, the policy version of the weights that produced the token.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import threading
+import time
+
+import numpy as np
+
+from models import kv_cache as kvc
+from models.engine import Engine
+from models.sampling import SamplingParams
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationRequest:
+  prompt_tokens: list[int]
+  max_new_tokens: int
+  sampling: SamplingParams = SamplingParams()
+  stop_token_ids: tuple[int, ...] = ()
+  stop_strings: tuple[str, ...] = ()
+  session_id: str | None = None
+
+
+@dataclasses.dataclass
+class GenerationResult:
+  tokens: list[int]
+  logprobs: list[float]
+  versions: list[int]
+  finish_reason: str  # 'stop' | 'length' | 'stop_string' | 'error'
+  prompt_len: int
+  cached_prefix_len: int
+
+
+@dataclasses.dataclass
+class _Session:
+  pages: list[int]
+  tokens: list[int]  # exactly the tokens whose K/V the pages hold
+
+
+@dataclasses.dataclass
+class _Live:
+  req: GenerationRequest
+  future: concurrent.futures.Future
+  slot: int
+  pages: list[int]
+  reserved: int
+  written: int  # positions whose K/V is written by dispatched work
+  max_new: int
+  cached: int
+  tokens: list[int] = dataclasses.field(default_factory=list)
+  logprobs: list[float] = dataclasses.field(default_factory=list)
+  versions: list[int] = dataclasses.field(default_factory=list)
+  done: bool = False
+
+
+def _lcp(a, b) -> int:
+  n = min(len(a), len(b))
+  i = 0
+  while i < n and a[i] == b[i]:
+    i += 1
+  return i
+
+
+class Generator:
+  """Host scheduler over an Engine (see module docstring). Call close() when done."""
+
+  def __init__(self, engine: Engine, *, tokenizer=None, prefix_caching: bool = False):
+    self.engine, self.tokenizer = engine, tokenizer
+    self.pool = kvc.PagePool(engine.num_pages, engine.page_size, prefix_caching=prefix_caching)
+    S, M = engine.max_concurrent_decodes, engine.pages_per_slot
+    self._table = np.full((S, M), kvc.NULL_PAGE, np.int32)
+    self._table_dirty = False
+    self._free_slots = list(range(S))
+    self._live: dict[int, _Live] = {}
+    self._pending: collections.deque = collections.deque()
+    self._sessions: collections.OrderedDict[str, _Session] = collections.OrderedDict()
+    self._events: collections.deque = collections.deque()
+    self._lock = threading.Lock()
+    self._wake = threading.Condition(self._lock)
+    self._closed = False
+    self._state = engine.init_decode_state()
+    self._counters = collections.Counter()
+    self._t0 = time.perf_counter()
+    self._thread = threading.Thread(target=self._run, name="agentrl-generator", daemon=True)
+    self._thread.start()
+
+  # -- public API -------------------------------------------------------------------------
+  def submit(self, req: GenerationRequest) -> concurrent.futures.Future:
+    self._validate(req)
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    with self._lock:
+      if self._closed:
+        raise RuntimeError("Generator is closed")
+      self._pending.append((req, fut))
+      self._wake.notify()
+    return fut
+
+  def generate(self, reqs) -> list[GenerationResult]:
+    return [f.result() for f in [self.submit(r) for r in reqs]]
+
+  def release_session(self, session_id: str) -> None:
+    with self._lock:
+      sess = self._sessions.pop(session_id, None)
+      if sess is not None:
+        self.pool.release(sess.pages)
+
+  def load_params(self, params, version: int) -> None:
+    """Hot swap: the next dispatched step uses the new weights (no recompilation)."""
+    with self._lock:
+      self.engine.load_params(params, version)
+
+  def stats(self) -> dict:
+    with self._lock:
+      elapsed = time.perf_counter() - self._t0
+      return dict(
+        tokens_generated=self._counters["tokens"],
+        tokens_per_s=self._counters["tokens"] / max(elapsed, 1e-9),
+        decode_steps=self._counters["steps"],
+        prefills=self._counters["prefills"],
+        prefill_tokens=self._counters["prefill_tokens"],
+        cached_prompt_tokens=self._counters["cached_tokens"],
+        active_slots=len(self._live),
+        pending=len(self._pending),
+        pages_used=self.pool.num_used,
+        pages_free=self.pool.num_available,
+        pages_cached=self.pool.num_cached,
+        sessions=len(self._sessions),
+        policy_version=self.engine.policy_version,
+      )
+
+  def close(self) -> None:
+    with self._lock:
+      self._closed = True
+      self._wake.notify()
+    self._thread.join()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+
+  # -- validation and admission -----------------------------------------------------------
+  def _validate(self, req: GenerationRequest) -> None:
+    n, max_len = len(req.prompt_tokens), self.engine.max_seq_len
+    if n == 0:
+      raise ValueError("GenerationRequest.prompt_tokens is empty")
+    if n >= max_len:
+      raise ValueError(
+        f"GenerationRequest: prompt of {n} tokens leaves no room in max_seq_len {max_len}"
+      )
+    if req.max_new_tokens < 1:
+      raise ValueError(f"GenerationRequest.max_new_tokens must be >= 1 (got {req.max_new_tokens})")
+    if req.stop_strings and self.tokenizer is None:
+      raise ValueError("GenerationRequest.stop_strings needs Generator(tokenizer=...)")
+    vocab = self.engine.cfg.vocab_size
+    if min(req.prompt_tokens) < 0 or max(req.prompt_tokens) >= vocab:
+      raise ValueError(f"GenerationRequest.prompt_tokens has ids outside [0, {vocab})")
+
+  def _plan_reuse(self, req):
+    """(pages to keep, cached length, session) from the request's session or the prefix cache."""
+    prompt, p = req.prompt_tokens, self.engine.page_size
+    sess = self._sessions.pop(req.session_id, None) if req.session_id else None
+    if sess is not None:
+      pages, c = sess.pages, _lcp(sess.tokens, prompt)
+    else:
+      pages = self.pool.lookup_prefix(prompt)
+      c = len(pages) * p
+    c = min(c, len(prompt) - 1)  # always prefill >= 1 token to get logits
+    if c % p and c // p < len(pages) and self.pool.is_shared(pages[c // p]):
+      c -= c % p  # never write into a page someone else reads
+    keep = -(-c // p)
+    self.pool.release(pages[keep:])
+    return pages[:keep], c, sess
+
+  def _admit(self, req, fut) -> bool:
+    """Starts a request in a free slot; False (and nothing changed) if pages are short."""
+    kept, c, sess = self._plan_reuse(req)
+    n, p = len(req.prompt_tokens), self.engine.page_size
+    max_new = min(req.max_new_tokens, self.engine.max_seq_len - n)
+    need = -(-(n + max_new) // p) - len(kept)
+    ok = self.pool.reserve(need)
+    while not ok and self._sessions:
+      _, old = self._sessions.popitem(last=False)  # evict the least recently used session
+      self.pool.release(old.pages)
+      ok = self.pool.reserve(need)
+    if not ok:
+      if sess is not None:  # keep what is still valid for the next try
+        self._sessions[req.session_id] = _Session(kept, list(req.prompt_tokens[:c]))
+      else:
+        self.pool.release(kept)
+      return False
+    self._start(req, fut, kept, c, need, max_new)
+    return True
+
+  def _start(self, req, fut, kept, c, need, max_new) -> None:
+    eng, prompt = self.engine, req.prompt_tokens
+    n, p = len(prompt), eng.page_size
+    slot = self._free_slots.pop()
+    fresh = self.pool.alloc(-(-n // p) - len(kept), from_reserved=True)
+    pages = kept + fresh
+    self._table[slot] = kvc.NULL_PAGE
+    self._table[slot, : len(pages)] = pages
+    m = n - c
+    padded = np.zeros((eng.bucket(m),), np.int32)
+    padded[:m] = prompt[c:]
+    ctx = (self._state, self._table[slot]) if c > 0 else None
+    prefix = eng.prefill(
+      padded_tokens=padded, true_length=m, sampling=req.sampling, start=c, context=ctx
+    )
+    self._state = eng.insert(prefix, self._state, slot, self._table[slot].copy())
+    live = _Live(req, fut, slot, pages, need - len(fresh), n, max_new, c)
+    self._live[slot] = live
+    self._events.append(("first", live, prefix.token, prefix.logprob, eng.policy_version))
+    self.pool.register_prefix(prompt, pages)
+    self._counters.update(prefills=1, prefill_tokens=m, cached_tokens=c)
+
+  # -- the loop ---------------------------------------------------------------------------
+  def _run(self) -> None:
+    try:
+      while self._iteration():
+        pass
+      err: Exception = RuntimeError("Generator closed before the request finished")
+    except Exception as e:  # noqa: BLE001 - every waiting caller must hear about it
+      err = e
+    with self._lock:
+      self._closed = True
+      futs = [f for _, f in self._pending] + [lv.future for lv in self._live.values()]
+      self._pending.clear()
+    for f in futs:
+      if not f.done():
+        f.set_exception(err)
+
+  def _iteration(self) -> bool:
+    with self._lock:
+      while not (self._closed or self._pending or self._live or self._events):
+        self._wake.wait()
+      if self._closed:
+        return False
+      while self._pending and self._free_slots and self._admit(*self._pending[0]):
+        self._pending.popleft()
+      dispatched = bool(self._live)
+      if dispatched:
+        self._dispatch()
+    done = []
+    while len(self._events) > (1 if dispatched else 0):
+      done += self._process(self._events.popleft())
+    for fut, res in done:
+      fut.set_result(res)
+    return True
+
+  def _dispatch(self) -> None:
+    p = self.engine.page_size
+    for live in self._live.values():
+      if len(live.pages) * p <= live.written:  # the next step writes position `written`
+        (page,) = self.pool.alloc(1, from_reserved=True)
+        live.reserved -= 1
+        self._table[live.slot, len(live.pages)] = page
+        live.pages.append(page)
+        self._table_dirty = True
+    if self._table_dirty:
+      self._state = self.engine.set_page_table(self._state, self._table)
+      self._table_dirty = False
+    self._state, out = self.engine.generate(self.engine.params, self._state)
+    snapshot = list(self._live.values())
+    for live in snapshot:
+      live.written += 1
+    self._events.append(("step", out, self.engine.policy_version, snapshot))
+    self._counters["steps"] += 1
+
+  def _process(self, event) -> list:
+    """Reads one event's tokens (blocking on the device) and applies them; returns finished."""
+    if event[0] == "first":
+      _, live, tok, lp, version = event
+      pairs = [(live, int(tok), float(lp))]
+    else:
+      _, out, version, snapshot = event
+      toks, lps = np.asarray(out.tokens_S), np.asarray(out.logprobs_S)
+      pairs = [(lv, int(toks[lv.slot]), float(lps[lv.slot])) for lv in snapshot]
+    done = []
+    with self._lock:
+      for live, tok, lp in pairs:
+        if live.done:
+          continue
+        live.tokens.append(tok)
+        live.logprobs.append(lp)
+        live.versions.append(version)
+        self._counters["tokens"] += 1
+        reason = self._finish_reason(live, tok)
+        if reason:
+          done.append(self._finish(live, reason))
+    return done
+
+  def _finish_reason(self, live: _Live, tok: int) -> str | None:
+    req = live.req
+    if tok in req.stop_token_ids:
+      return "stop"
+    if req.stop_strings:
+      text = self.tokenizer.decode(live.tokens)
+      if any(s in text for s in req.stop_strings):
+        return "stop_string"
+    if len(live.tokens) >= live.max_new:
+      return "length"
+    return None
+
+  def _finish(self, live: _Live, reason: str):
+    live.done = True
+    del self._live[live.slot]
+    self._free_slots.append(live.slot)
+    self._table[live.slot] = kvc.NULL_PAGE
+    self._table_dirty = True
+    self.pool.unreserve(live.reserved)
+    req, p = live.req, self.engine.page_size
+    if req.session_id is not None:
+      held = list(req.prompt_tokens) + live.tokens
+      assert live.written <= len(held), "more K/V written than tokens exist"
+      keep = -(-live.written // p)
+      self.pool.release(live.pages[keep:])
+      old = self._sessions.pop(req.session_id, None)
+      if old is not None:
+        self.pool.release(old.pages)
+      self._sessions[req.session_id] = _Session(live.pages[:keep], held[: live.written])
+    else:
+      self.pool.release(live.pages)
+    res = GenerationResult(
+      live.tokens, live.logprobs, live.versions, reason, len(req.prompt_tokens), live.cached
+    )
+    return live.future, res

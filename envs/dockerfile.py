@@ -1,0 +1,505 @@
+"""Replays a task's Dockerfile on the project's base image (no image pulls, no network).
+
+Terminal-Bench and Harbor tasks ship a Dockerfile whose base image often cannot be pulled
+here. `translate()` maps a Debian, Ubuntu or python-slim `FROM` onto the base image and turns
+the remaining steps into a setup script plus staged files:
+
+  WORKDIR       the last one becomes the task's writable workspace (e.g. /app)
+  ENV / ARG     exported for later steps; ENV also becomes the sandbox environment
+  COPY / ADD    files staged from the build context and copied in order (ADD unpacks tars)
+  RUN           replayed in the sandbox; `apt-get install` and `pip install` succeed when the
+                image already has the packages and fail naming the line otherwise; apt
+                housekeeping is dropped; network installers of test tooling (uv, curl | sh)
+                are dropped because the verifier runs pytest offline
+
+A step that cannot be replayed fails statically (`DockerfileError`, naming the line) or, when
+only the sandbox can tell (a missing package), the setup script exits with code 97 and a
+message naming the line. Nothing here parses Dockerfiles fully (no library does the
+instruction-level rewriting we need); the subset covers what task Dockerfiles use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import io
+import json
+import posixpath
+import re
+import shlex
+import tarfile
+
+from envs.task import FileEntry, Files, TaskFormatError
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_BASE_NAMES = ("debian", "ubuntu", "python", "buildpack-deps")
+# Tools a harness or a network installer needs, never the task itself: dropped with a warning.
+HARNESS_PACKAGES = frozenset(
+  "tmux asciinema curl wget ca-certificates gnupg gnupg2 lsb-release software-properties-common "
+  "apt-transport-https apt-utils locales tzdata".split()
+)
+_APT_NOOP = {
+  "update",
+  "upgrade",
+  "dist-upgrade",
+  "clean",
+  "autoclean",
+  "autoremove",
+  "purge",
+  "remove",
+}
+_INSTALLER_URL = re.compile(r"astral\.sh/uv|get-pip\.py|install\.python-poetry|pypa\.io")
+_EXCLUDED_CONTEXT = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")
+_TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+
+
+class DockerfileError(TaskFormatError):
+  """A Dockerfile step that cannot be replayed on the base image."""
+
+  def __init__(self, file: str, line: int, text: str, cause: str):
+    super().__init__(file, f"line {line}", f"{cause}\n    {line}: {text.strip()[:200]}")
+    self.line = line
+
+
+@dataclasses.dataclass(frozen=True)
+class DockerPlan:
+  """The translation of one Dockerfile onto the base image."""
+
+  base: str  # the FROM image it replaced
+  workdir: str
+  env: tuple[tuple[str, str], ...]
+  setup_script: str
+  setup_files: Files
+  warnings: tuple[str, ...]
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+  """(first line number, instruction text) with continuations, comments and heredocs folded."""
+  out, buf, start = [], [], 0
+  lines = text.splitlines()
+  i = 0
+  while i < len(lines):
+    line = lines[i]
+    i += 1
+    if not buf and (not line.strip() or line.lstrip().startswith("#")):
+      continue
+    if buf and line.lstrip().startswith("#"):
+      continue
+    if not buf:
+      start = i
+    if line.rstrip().endswith("\\"):
+      buf.append(line.rstrip()[:-1])
+      continue
+    buf.append(line)
+    joined = " ".join(buf)  # Docker drops the escaped newline of a continuation
+    heredoc = re.search(r"<<-?\s*['\"]?(\w+)['\"]?", joined)
+    if heredoc and joined.split(None, 1)[0].upper() == "RUN":
+      end = heredoc.group(1)
+      body = []
+      while i < len(lines) and lines[i].strip() != end:
+        body.append(lines[i])
+        i += 1
+      i += 1
+      joined = joined + "\n" + "\n".join(body) + "\n" + end
+    out.append((start, joined))
+    buf = []
+  if buf:
+    out.append((start, " ".join(buf)))
+  return out
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+  """$VAR, ${VAR} and ${VAR:-default} as Docker expands them at build time."""
+
+  def sub(m: re.Match) -> str:
+    if m.group(3):
+      return env.get(m.group(3), "")
+    return env.get(m.group(1), m.group(2) or "")
+
+  return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)", sub, value)
+
+
+def _parse_kv(args: str, file: str, line: int, text: str) -> list[tuple[str, str]]:
+  toks = shlex.split(args)
+  if not toks:
+    raise DockerfileError(file, line, text, "missing arguments")
+  if "=" not in toks[0]:
+    return [(toks[0], " ".join(toks[1:]))]
+  pairs = []
+  for t in toks:
+    if "=" not in t:
+      raise DockerfileError(file, line, text, f"expected KEY=VALUE, got {t!r}")
+    k, v = t.split("=", 1)
+    pairs.append((k, v))
+  return pairs
+
+
+def _map_base(image: str, file: str, line: int, text: str) -> str:
+  name = image.split("/")[-1].split("@")[0]
+  repo, _, tag = name.partition(":")
+  ok = repo in _BASE_NAMES or any(repo.startswith(b + "-") for b in _BASE_NAMES)
+  if not ok or "alpine" in tag or "windows" in tag:
+    raise DockerfileError(
+      file,
+      line,
+      text,
+      f"base image {image!r} is not Debian, Ubuntu or python-slim; it cannot be mapped onto the base image",
+    )
+  return image
+
+
+def _split_segments(cmd: str) -> list[str]:
+  """Splits a shell command on top-level &&, ||, ; and newlines, keeping the operators."""
+  out, cur, i, quote = [], [], 0, None
+  while i < len(cmd):
+    c = cmd[i]
+    if quote:
+      cur.append(c)
+      if c == "\\" and quote == '"' and i + 1 < len(cmd):
+        cur.append(cmd[i + 1])
+        i += 1
+      elif c == quote:
+        quote = None
+    elif c in "'\"":
+      quote = c
+      cur.append(c)
+    elif c == "\\" and i + 1 < len(cmd):
+      cur.extend(cmd[i : i + 2])
+      i += 1
+    elif cmd.startswith("&&", i) or cmd.startswith("||", i):
+      out += ["".join(cur), cmd[i : i + 2]]
+      cur = []
+      i += 1
+    elif c in ";\n":
+      out += ["".join(cur), ";"]
+      cur = []
+    else:
+      cur.append(c)
+    i += 1
+  out.append("".join(cur))
+  return out
+
+
+def _strip_prefix(argv: list[str]) -> list[str]:
+  while argv and (re.match(r"^\w+=", argv[0]) or argv[0] in ("sudo", "env", "-E")):
+    argv = argv[1:]
+  return argv
+
+
+def _pip_args(argv: list[str]) -> list[str] | None:
+  """The requirements of a pip install command line ('-rFILE' for files), or None."""
+  if argv[:3] == ["uv", "pip", "install"]:
+    a = argv[3:]
+  elif argv and re.fullmatch(r"pip3?(\.\d+)?", argv[0]) and argv[1:2] == ["install"]:
+    a = argv[2:]
+  elif (
+    argv and re.fullmatch(r"python3?(\.\d+)?", argv[0]) and argv[1:4] == ["-m", "pip", "install"]
+  ):
+    a = argv[4:]
+  else:
+    return None
+  reqs, it = [], iter(a)
+  for t in it:
+    if t in ("-r", "--requirement"):
+      reqs.append("-r" + next(it, ""))
+    elif t in (
+      "-i",
+      "--index-url",
+      "--extra-index-url",
+      "-c",
+      "--constraint",
+      "-t",
+      "--target",
+      "-f",
+    ):
+      next(it, None)
+    elif not t.startswith("-"):
+      reqs.append(t)
+  return reqs
+
+
+class _Translator:
+  def __init__(self, file: str, context: Files, strict: bool):
+    self.file, self.strict = file, strict
+    self.context = {f.path: f for f in context if f.path.split("/", 1)[0] not in _EXCLUDED_CONTEXT}
+    self.env: dict[str, str] = {"PATH": DEFAULT_PATH}
+    self.args: dict[str, str] = {}
+    self.task_env: dict[str, str] = {}
+    self.cwd = "/"
+    self.workdirs: list[str] = []
+    self.steps: list[tuple[int, str, str]] = []  # (line, kind, payload)
+    self.files: list[FileEntry] = []
+    self.warnings: list[str] = []
+    self.base = ""
+    self.texts: dict[int, str] = {}
+
+  def err(self, line: int, text: str, cause: str) -> DockerfileError:
+    return DockerfileError(self.file, line, text, cause)
+
+  def warn(self, line: int, msg: str) -> None:
+    self.warnings.append(f"{self.file}:{line}: {msg}")
+
+  def run(self, text: str) -> None:
+    for line, instr in _logical_lines(text):
+      kw, args = (re.split(r"\s", instr.strip(), maxsplit=1) + [""])[:2]
+      handler = getattr(self, "do_" + kw.lower(), None)
+      if handler is None:
+        raise self.err(line, instr, f"unknown instruction {kw!r}")
+      self.texts[line] = instr
+      handler(line, instr, args.strip())
+    if not self.base:
+      raise TaskFormatError(self.file, "FROM", "no FROM instruction")
+
+  def ignore(self, line, text, args):
+    """Instructions with no effect on the task's files (CMD, EXPOSE, LABEL, USER, ...)."""
+
+  do_cmd = do_entrypoint = do_expose = do_label = do_maintainer = do_volume = ignore
+  do_healthcheck = do_stopsignal = do_user = do_onbuild = do_shell = ignore
+
+  def do_from(self, line, text, args):
+    if self.base:
+      raise self.err(line, text, "multi-stage builds are not supported (a second FROM)")
+    toks = [t for t in shlex.split(_expand(args, self.args)) if not t.startswith("--")]
+    self.base = _map_base(toks[0], self.file, line, text)
+    if "python" in toks[0]:
+      self.warn(line, f"{toks[0]} mapped onto the base image's python3 (version may differ)")
+
+  def do_arg(self, line, text, args):
+    for k, v in _parse_kv(args if "=" in args else args + "=", self.file, line, text):
+      self.args[k] = _expand(v, {**self.args, **self.env})
+      self.env.setdefault(k, self.args[k])
+
+  def do_env(self, line, text, args):
+    for k, v in _parse_kv(args, self.file, line, text):
+      v = _expand(v, {**self.args, **self.env})
+      self.env[k] = v
+      self.task_env[k] = v
+      self.steps.append((line, "env", f"export {k}={shlex.quote(v)}"))
+
+  def do_workdir(self, line, text, args):
+    path = posixpath.normpath(posixpath.join(self.cwd, _expand(args.strip().strip('"'), self.env)))
+    self.cwd = path
+    self.workdirs.append(path)
+    self.steps.append((line, "workdir", path))
+
+  def do_run(self, line, text, args):
+    args = re.sub(r"^(--\w+(=\S+)?\s+)+", "", args)  # --mount=..., --network=...
+    if args.startswith("["):
+      try:
+        args = shlex.join(json.loads(args))
+      except (json.JSONDecodeError, TypeError):
+        raise self.err(line, text, "invalid exec-form JSON") from None
+    self.steps.append((line, "run", self.rewrite(line, text, args)))
+
+  def rewrite(self, line: int, text: str, cmd: str) -> str:
+    if re.search(r"<<-?\s*['\"]?\w+", cmd):
+      return cmd  # a heredoc body is replayed verbatim
+    parts = _split_segments(cmd)
+    for i in range(0, len(parts), 2):
+      parts[i] = self.rewrite_segment(line, text, parts[i])
+    return " ".join(p for p in parts)
+
+  def rewrite_segment(self, line: int, text: str, seg: str) -> str:
+    if not seg.strip():
+      return ":"
+    if "|" in seg and re.search(r"\b(curl|wget)\b", seg):
+      if _INSTALLER_URL.search(seg) and not self.strict:
+        self.warn(line, "network installer dropped (the verifier runs pytest offline)")
+        return ":"
+      raise self.err(line, text, "downloads from the network, which the sandbox does not have")
+    try:
+      argv = _strip_prefix(shlex.split(seg, comments=False))
+    except ValueError:
+      return seg
+    if not argv:
+      return seg
+    prog = argv[0]
+    if prog in ("apt-get", "apt", "aptitude"):
+      sub = next((a for a in argv[1:] if not a.startswith("-")), "")
+      if sub == "install":
+        pkgs = [a.split("=")[0] for a in argv[2:] if not a.startswith("-") and a != "install"]
+        skipped = sorted(set(pkgs) & HARNESS_PACKAGES)
+        if skipped and self.strict:
+          raise self.err(
+            line, text, f"strict: harness/network packages {' '.join(skipped)} are not in the image"
+          )
+        if skipped:
+          self.warn(line, f"harness/network packages not installed: {' '.join(skipped)}")
+        need = [p for p in pkgs if p not in HARNESS_PACKAGES]
+        return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
+      if sub in _APT_NOOP:
+        return ":"
+    if prog in ("curl", "wget") or (prog == "git" and argv[1:2] == ["clone"]):
+      raise self.err(line, text, "downloads from the network, which the sandbox does not have")
+    if prog == "rm" and all(a.startswith("-") or not self.writable(a) for a in argv[1:]):
+      return ":"  # cache clean-ups of the read-only image
+    reqs = _pip_args(argv)
+    if reqs is not None:
+      tool = [r for r in reqs if re.match(r"^(uv|pip|setuptools|wheel)\b", r)]
+      reqs = [r for r in reqs if r not in tool]
+      return f"agentrl_pip {line} {shlex.join(reqs)}" if reqs else ":"
+    if prog == "uv":
+      self.warn(
+        line, f"'uv {' '.join(argv[1:2])}' dropped (pytest runs offline with the image's python)"
+      )
+      return ":"
+    return seg
+
+  def writable(self, path: str) -> bool:
+    p = posixpath.normpath(posixpath.join(self.cwd, path))
+    roots = ["/tmp"] + (self.workdirs[-1:] if self.workdirs else [])
+    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+  def do_copy(self, line, text, args, add=False):
+    opts = dict(re.findall(r"--(\w+)(?:=(\S+))?\s+", args))
+    args = re.sub(r"^(--\w+(=\S+)?\s+)+", "", args)
+    if "from" in opts:
+      raise self.err(line, text, "COPY --from (multi-stage) is not supported")
+    toks = json.loads(args) if args.startswith("[") else shlex.split(args)
+    if len(toks) < 2:
+      raise self.err(line, text, "needs a source and a destination")
+    srcs, dest = toks[:-1], _expand(toks[-1], self.env)
+    dest_abs = posixpath.normpath(posixpath.join(self.cwd, dest))
+    mode = int(opts["chmod"], 8) if opts.get("chmod") else None
+    as_dir = dest.endswith("/") or len(srcs) > 1 or dest_abs in self.workdirs or dest_abs == "/tmp"
+    staged = f"ctx/{len(self.steps)}"
+    entries: list[tuple[str, FileEntry]] = []
+    for src in srcs:
+      if re.match(r"^\w+://", src):
+        raise self.err(line, text, f"{src!r} is a URL; the sandbox has no network")
+      entries += self.match(line, text, src, add)
+    if not entries:
+      raise self.err(line, text, f"no file in the build context matches {' '.join(srcs)!r}")
+    single_file = len(entries) == 1 and entries[0][2] and not as_dir
+    target = posixpath.dirname(dest_abs) if single_file else dest_abs
+    for rel, f, _ in entries:
+      rel = posixpath.basename(dest_abs) if single_file else rel
+      self.files.append(FileEntry(f"{staged}/{rel}", f.data, mode or f.mode))
+    self.steps.append((line, "copy", f"{staged}\0{target}"))
+
+  def do_add(self, line, text, args):
+    self.do_copy(line, text, args, add=True)
+
+  def match(self, line, text, src, add) -> list[tuple[str, FileEntry, bool]]:
+    """(path relative to the destination, file, is the source itself) for one COPY source."""
+    s = posixpath.normpath(src)
+    if s.startswith("..") or s.startswith("/"):
+      raise self.err(line, text, f"source {src!r} is outside the build context")
+    s = "" if s == "." else s
+    out = []
+    for path, f in sorted(self.context.items()):
+      if s == "" or path.startswith(s + "/"):  # a directory: its contents
+        rel, itself = (path[len(s) + 1 :] if s else path), False
+      elif path == s:
+        rel, itself = posixpath.basename(path), True
+      elif (
+        any(c in s for c in "*?[") and fnmatch.fnmatch(path, s) and path.count("/") == s.count("/")
+      ):
+        rel, itself = posixpath.basename(path), False
+      else:
+        continue
+      if add and path.endswith(_TAR_SUFFIXES):
+        out += [(r, e, False) for r, e in self.unpack(f)]
+      else:
+        out.append((rel, f, itself))
+    return out
+
+  def unpack(self, f: FileEntry) -> list[tuple[str, FileEntry]]:
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(f.data)) as tar:
+      for m in tar.getmembers():
+        name = posixpath.normpath(m.name)
+        if m.isfile() and not name.startswith(("..", "/")):
+          out.append((name, FileEntry(name, tar.extractfile(m).read(), m.mode & 0o777)))
+    return out
+
+  def check_dests(self) -> None:
+    ws = self.workdirs[-1] if self.workdirs else None
+    for line, kind, payload in self.steps:
+      if kind != "copy":
+        continue
+      target = payload.split("\0")[1]
+      inside = ws and (target == ws or target.startswith(ws.rstrip("/") + "/"))
+      if not inside and not (target == "/tmp" or target.startswith("/tmp/")):
+        raise DockerfileError(
+          self.file,
+          line,
+          self.texts.get(line, "COPY"),
+          f"destination {target} is outside the writable workspace {ws} (the root filesystem is read-only)",
+        )
+
+
+_PRELUDE = r"""set -u
+agentrl_fail() {
+  [ "$2" = 97 ] || echo "Dockerfile:$1: step cannot be replayed on the base image (exit $2): $3" >&2
+  exit 97
+}
+agentrl_apt() {
+  local line=$1 miss="" p; shift
+  for p in "$@"; do
+    p=${p%%:*}
+    case "$p" in python-is-python3) command -v python >/dev/null && continue;; esac
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || miss="$miss $p"
+  done
+  [ -z "$miss" ] || { echo "Dockerfile:$line: apt package(s) not in the base image (no network to install):$miss" >&2; exit 97; }
+}
+agentrl_pip() {
+  local line=$1; shift
+  python3 - "$line" "$@" <<'PY' || exit 97
+import importlib.metadata as md, re, sys
+line, reqs, miss = sys.argv[1], [], []
+for a in sys.argv[2:]:
+  if a.startswith("-r"):
+    reqs += [l.split("#")[0].strip() for l in open(a[2:]) if l.split("#")[0].strip() and not l.startswith("-")]
+  else:
+    reqs.append(a)
+for r in reqs:
+  name = re.split(r"[<>=!~\[; @]", r, maxsplit=1)[0]
+  try:
+    md.version(name)
+  except md.PackageNotFoundError:
+    miss.append(name)
+if miss:
+  sys.exit(f"Dockerfile:{line}: python package(s) not in the base image (no network to install): {' '.join(miss)}")
+PY
+}
+export -f agentrl_apt agentrl_pip
+"""
+
+
+def translate(
+  text: str, context: Files = (), file: str = "Dockerfile", strict: bool = False
+) -> DockerPlan:
+  """Translates a Dockerfile into a setup script and staged files for the base image."""
+  t = _Translator(file, context, strict)
+  t.run(text)
+  t.check_dests()
+  workdir = t.workdirs[-1] if t.workdirs else "/workspace"
+  if not t.workdirs:
+    t.warn(0, "no WORKDIR; the workspace is /workspace")
+  lines = [_PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}"]
+  for line, kind, payload in t.steps:
+    if kind == "env":
+      lines.append(payload)
+    elif kind == "workdir":
+      cwd = shlex.quote(payload)
+      lines.append(
+        f"mkdir -p {cwd} 2>/dev/null; cd {cwd} || agentrl_fail {line} $? 'WORKDIR {payload}'"
+      )
+    elif kind == "copy":
+      staged, target = payload.split("\0")
+      lines.append(
+        f'mkdir -p {shlex.quote(target)} && cp -a "$SETUP_DIR"/{staged}/. {shlex.quote(target)}/'
+        f" || agentrl_fail {line} $? 'COPY into {target}'"
+      )
+    else:  # bash -e in its own process: `set -e` is void inside a `( ... ) || x` list
+      what = shlex.quote(t.texts.get(line, payload).strip().splitlines()[0][:160])
+      lines.append(f"bash -ec {shlex.quote(payload)} || agentrl_fail {line} $? {what}")
+  return DockerPlan(
+    t.base,
+    workdir,
+    tuple(t.task_env.items()),
+    "\n".join(lines) + "\n",
+    tuple(t.files),
+    tuple(t.warnings),
+  )

@@ -1,0 +1,458 @@
+"""The task format: a folder with task.toml, instruction.md, environment/, solution/, tests/.
+
+```
+<task>/task.toml            id, domain, difficulty 1-5, tags, network, [timeouts], [resources],
+                            [verifier], [[milestones]], [[constraints]], [metadata]
+<task>/instruction.md       what the agent reads
+<task>/environment/setup.sh run in the workspace when the sandbox is created (optional)
+<task>/environment/workspace/  files copied into the workspace before setup.sh (optional)
+<task>/solution/solve.sh    reference solution (never visible to the agent)
+<task>/tests/               hidden tests: test_*.py (pytest) or test.sh
+```
+
+A `Task` holds the file contents in memory (tasks are small), so loaded, translated
+(Terminal-Bench, Harbor) and procedurally generated tasks are the same object.
+Bad input raises `TaskFormatError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+try:
+  import tomllib
+except ModuleNotFoundError:  # Python 3.10
+  import tomli as tomllib
+
+DOMAINS = (
+  "file_ops",
+  "text",
+  "python_bugfix",
+  "data",
+  "git",
+  "sysadmin",
+  "build",
+)
+REWARD_KINDS = ("binary", "fraction")
+GRADE_MODES = ("after", "fresh")
+CONSTRAINT_KINDS = ("command", "unchanged", "only_write_under")
+_MAX_FILE_BYTES = 8 << 20
+
+
+class TaskFormatError(ValueError):
+  """A malformed task: the message names the file and the field."""
+
+  def __init__(self, file: str | pathlib.Path, field: str, cause: str):
+    self.file, self.field, self.cause = str(file), field, cause
+    super().__init__(f"{file}: field '{field}': {cause}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FileEntry:
+  """One file of a task, relative to the folder it will be copied into."""
+
+  path: str
+  data: bytes
+  mode: int = 0o644
+
+
+Files = tuple[FileEntry, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+  cpus: float = 1.0
+  memory_mb: int = 1024
+  pids: int = 256
+  disk_mb: int = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Milestone:
+  """An intermediate goal, checked after every turn by a shell command (exit 0 = reached)."""
+
+  name: str
+  check: str
+  description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Constraint:
+  """A rule stated in the instruction that must hold during the whole episode.
+
+  kinds: `command` (shell check, exit 0 = respected), `unchanged` (paths keep their initial
+  content), `only_write_under` (no file outside `paths` is created or changed).
+  """
+
+  name: str
+  kind: str
+  description: str = ""
+  check: str | None = None
+  paths: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class TestSpec:
+  """How the hidden tests run and how their outcome becomes a reward.
+
+  runner: `pytest` (test_*.py, JUnit XML) or `shell` (test.sh writing reward.txt/json).
+  subscores: name -> test-name patterns (fnmatch) whose pass fraction is that sub-score.
+  """
+
+  files: Files = ()
+  runner: str = "pytest"
+  reward: str = "binary"
+  subscores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+  env: tuple[tuple[str, str], ...] = ()
+  grade_mode: str | None = None  # None: the verifier's default
+  rewrite_paths: bool = False  # map /tests and /logs/verifier (imported formats) at grading
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task, independent of the folder format it came from."""
+
+  id: str
+  instruction: str
+  domain: str
+  difficulty: int
+  tests: TestSpec
+  solution_script: str = ""
+  solution_files: Files = ()
+  setup_script: str = ""
+  setup_files: Files = ()  # staged at $SETUP_DIR while setup.sh runs, then removed
+  workspace_files: Files = ()
+  tags: tuple[str, ...] = ()
+  agent_timeout_s: float = 600.0
+  test_timeout_s: float = 120.0
+  resources: Resources = Resources()
+  network: bool = False
+  workdir: str = "/workspace"
+  env: tuple[tuple[str, str], ...] = ()
+  milestones: tuple[Milestone, ...] = ()
+  constraints: tuple[Constraint, ...] = ()
+  metadata: tuple[tuple[str, Any], ...] = ()
+  source: str = ""  # where it came from: a folder, or "procedural:<family>:<seed>"
+  format: str = "agentrl"
+
+  @property
+  def suite(self) -> str:
+    return self.id.split("/", 1)[0] if "/" in self.id else ""
+
+
+def read_tree(root: pathlib.Path, skip: Iterable[str] = ()) -> Files:
+  """Reads every regular file under `root` (sorted, relative paths, modes kept)."""
+  skip = set(skip)
+  out = []
+  if not root.is_dir():
+    return ()
+  for p in sorted(root.rglob("*")):
+    rel = p.relative_to(root).as_posix()
+    if rel in skip or any(part == "__pycache__" for part in p.parts):
+      continue
+    if p.is_symlink():
+      raise TaskFormatError(p, "path", "symlinks are not allowed in a task folder")
+    if p.is_file():
+      if p.stat().st_size > _MAX_FILE_BYTES:
+        raise TaskFormatError(p, "size", f"file larger than {_MAX_FILE_BYTES} bytes")
+      out.append(FileEntry(rel, p.read_bytes(), 0o755 if p.stat().st_mode & 0o111 else 0o644))
+  return tuple(out)
+
+
+def read_toml(path: pathlib.Path) -> dict:
+  try:
+    return tomllib.loads(path.read_text())
+  except tomllib.TOMLDecodeError as e:
+    raise TaskFormatError(path, "<syntax>", f"invalid TOML: {e}") from None
+  except UnicodeDecodeError as e:
+    raise TaskFormatError(path, "<encoding>", f"not UTF-8: {e}") from None
+
+
+class Fields:
+  """Typed access to a parsed mapping; errors name the file and the dotted field."""
+
+  def __init__(self, data: Mapping, file: pathlib.Path | str, prefix: str = ""):
+    if not isinstance(data, Mapping):
+      raise TaskFormatError(
+        file, prefix or "<root>", f"expected a table, got {type(data).__name__}"
+      )
+    self.data, self.file, self.prefix = data, file, prefix
+
+  def name(self, key: str) -> str:
+    return f"{self.prefix}.{key}" if self.prefix else key
+
+  def err(self, key: str, cause: str) -> TaskFormatError:
+    return TaskFormatError(self.file, self.name(key), cause)
+
+  def check_keys(self, allowed: Iterable[str]) -> None:
+    allowed = set(allowed)
+    for k in self.data:
+      if k not in allowed:
+        raise self.err(k, f"unknown field (allowed: {', '.join(sorted(allowed))})")
+
+  def get(self, key: str, typ, default=None, required: bool = False):
+    if key not in self.data:
+      if required:
+        raise self.err(key, "missing required field")
+      return default
+    v = self.data[key]
+    if typ is float and isinstance(v, int) and not isinstance(v, bool):
+      v = float(v)
+    if isinstance(v, bool) and typ in (int, float):
+      raise self.err(key, f"expected {typ.__name__}, got bool")
+    if not isinstance(v, typ):
+      raise self.err(key, f"expected {getattr(typ, '__name__', typ)}, got {type(v).__name__}")
+    return v
+
+  def positive(self, key: str, typ, default):
+    v = self.get(key, typ, default)
+    if v is not None and v <= 0:
+      raise self.err(key, f"must be > 0, got {v}")
+    return v
+
+  def str_list(self, key: str) -> tuple[str, ...]:
+    v = self.get(key, list, [])
+    if not all(isinstance(x, str) for x in v):
+      raise self.err(key, "expected a list of strings")
+    return tuple(v)
+
+  def sub(self, key: str) -> Fields:
+    return Fields(self.get(key, dict, {}), self.file, self.name(key))
+
+
+def _parse_milestones(f: Fields) -> tuple[Milestone, ...]:
+  out = []
+  for i, m in enumerate(f.get("milestones", list, [])):
+    mf = Fields(m, f.file, f"milestones[{i}]")
+    mf.check_keys(("name", "check", "description"))
+    out.append(
+      Milestone(
+        mf.get("name", str, required=True),
+        mf.get("check", str, required=True),
+        mf.get("description", str, ""),
+      )
+    )
+  return tuple(out)
+
+
+def _parse_constraints(f: Fields) -> tuple[Constraint, ...]:
+  out = []
+  for i, c in enumerate(f.get("constraints", list, [])):
+    cf = Fields(c, f.file, f"constraints[{i}]")
+    cf.check_keys(("name", "kind", "description", "check", "paths"))
+    kind = cf.get("kind", str, "command")
+    if kind not in CONSTRAINT_KINDS:
+      raise cf.err("kind", f"must be one of {CONSTRAINT_KINDS}, got {kind!r}")
+    check, paths = cf.get("check", str), cf.str_list("paths")
+    if kind == "command" and not check:
+      raise cf.err("check", "a 'command' constraint needs a shell check")
+    if kind != "command" and not paths:
+      raise cf.err("paths", f"a '{kind}' constraint needs paths")
+    out.append(
+      Constraint(
+        cf.get("name", str, required=True), kind, cf.get("description", str, ""), check, paths
+      )
+    )
+  return tuple(out)
+
+
+def parse_verifier(f: Fields, tests: Files) -> TestSpec:
+  """The [verifier] table plus the tests folder -> TestSpec."""
+  f.check_keys(("reward", "subscores", "env", "mode", "runner"))
+  reward = f.get("reward", str, "binary")
+  if reward not in REWARD_KINDS:
+    raise f.err("reward", f"must be one of {REWARD_KINDS}, got {reward!r}")
+  mode = f.get("mode", str)
+  if mode is not None and mode not in GRADE_MODES:
+    raise f.err("mode", f"must be one of {GRADE_MODES}, got {mode!r}")
+  subs = []
+  sf = f.sub("subscores")
+  for name in sf.data:
+    subs.append((name, sf.str_list(name)))
+  env = f.sub("env")
+  env_pairs = tuple((k, str(env.get(k, (str, int, float)))) for k in env.data)
+  runner = f.get("runner", str) or infer_runner(tests)
+  if runner not in ("pytest", "shell"):
+    raise f.err("runner", f"must be 'pytest' or 'shell', got {runner!r}")
+  return TestSpec(tests, runner, reward, tuple(subs), env_pairs, mode)
+
+
+def infer_runner(tests: Files) -> str:
+  names = {pathlib.PurePosixPath(t.path).name for t in tests}
+  if any(n.startswith("test_") and n.endswith(".py") or n.endswith("_test.py") for n in names):
+    return "pytest"
+  if "test.sh" in names:
+    return "shell"
+  return "pytest"
+
+
+_TOP_KEYS = (
+  "id",
+  "domain",
+  "difficulty",
+  "tags",
+  "network",
+  "workdir",
+  "schema_version",
+  "timeouts",
+  "resources",
+  "env",
+  "verifier",
+  "milestones",
+  "constraints",
+  "metadata",
+)
+
+
+def load_task(path: str | pathlib.Path, suite: str | None = None) -> Task:
+  """Loads one task folder in our own format."""
+  root = pathlib.Path(path)
+  toml_path = root / "task.toml"
+  if not toml_path.is_file():
+    raise TaskFormatError(toml_path, "<file>", "missing task.toml")
+  f = Fields(read_toml(toml_path), toml_path)
+  f.check_keys(_TOP_KEYS)
+  instr_path = root / "instruction.md"
+  if not instr_path.is_file():
+    raise TaskFormatError(instr_path, "<file>", "missing instruction.md")
+  instruction = instr_path.read_text().strip()
+  if not instruction:
+    raise TaskFormatError(instr_path, "<content>", "instruction is empty")
+  tests = read_tree(root / "tests")
+  if not tests:
+    raise TaskFormatError(root / "tests", "<dir>", "no hidden tests (tests/ is missing or empty)")
+  solve = root / "solution" / "solve.sh"
+  if not solve.is_file():
+    raise TaskFormatError(solve, "<file>", "missing reference solution solution/solve.sh")
+  tid = f.get("id", str, root.name)
+  if suite and "/" not in tid:
+    tid = f"{suite}/{tid}"
+  setup = root / "environment" / "setup.sh"
+  return make_task(
+    f,
+    id=tid,
+    instruction=instruction,
+    tests=parse_verifier(f.sub("verifier"), tests),
+    solution_script=solve.read_text(),
+    solution_files=read_tree(root / "solution", skip=("solve.sh",)),
+    setup_script=setup.read_text() if setup.is_file() else "",
+    workspace_files=read_tree(root / "environment" / "workspace"),
+    setup_files=tuple(
+      f
+      for f in read_tree(root / "environment", skip=("setup.sh",))
+      if not f.path.startswith("workspace/")
+    ),
+    source=str(root),
+  )
+
+
+def make_task(f: Fields, **kw) -> Task:
+  """Validates the common task.toml fields and builds the Task."""
+  domain = f.get("domain", str, required=True)
+  if domain not in DOMAINS:
+    raise f.err("domain", f"unknown domain {domain!r} (known: {', '.join(DOMAINS)})")
+  difficulty = f.get("difficulty", int, required=True)
+  if not 1 <= difficulty <= 5:
+    raise f.err("difficulty", f"must be an integer 1-5, got {difficulty}")
+  t, r = f.sub("timeouts"), f.sub("resources")
+  t.check_keys(("agent_s", "test_s"))
+  r.check_keys(("cpus", "memory_mb", "pids", "disk_mb"))
+  env = f.sub("env")
+  workdir = f.get("workdir", str, "/workspace")
+  if not workdir.startswith("/"):
+    raise f.err("workdir", f"must be an absolute path, got {workdir!r}")
+  return Task(
+    domain=domain,
+    difficulty=difficulty,
+    tags=f.str_list("tags"),
+    network=f.get("network", bool, False),
+    workdir=workdir,
+    agent_timeout_s=t.positive("agent_s", float, 600.0),
+    test_timeout_s=t.positive("test_s", float, 120.0),
+    resources=Resources(
+      r.positive("cpus", float, 1.0),
+      r.positive("memory_mb", int, 1024),
+      r.positive("pids", int, 256),
+      r.positive("disk_mb", int, 512),
+    ),
+    env=tuple((k, str(env.get(k, (str, int, float)))) for k in env.data),
+    milestones=_parse_milestones(f),
+    constraints=_parse_constraints(f),
+    metadata=tuple(sorted(f.get("metadata", dict, {}).items())),
+    **kw,
+  )
+
+
+def detect_format(path: str | pathlib.Path) -> str:
+  """'agentrl', 'terminal-bench' or 'harbor' for a task folder; '' if it is none of them."""
+  root = pathlib.Path(path)
+  if (root / "task.yaml").is_file():
+    return "terminal-bench"
+  if (root / "task.toml").is_file():
+    # Our format has a top-level `domain`; Harbor keeps its metadata in [metadata].
+    try:
+      top = tomllib.loads((root / "task.toml").read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+      return "agentrl"  # load_task reports the syntax error with the file name
+    return "agentrl" if "domain" in top or "harbor" not in _harbor_signs(root, top) else "harbor"
+  return ""
+
+
+def _harbor_signs(root: pathlib.Path, top: dict) -> str:
+  if (root / "environment" / "Dockerfile").is_file() or "metadata" in top or "version" in top:
+    return "harbor"
+  return ""
+
+
+def load_any(path: str | pathlib.Path, suite: str | None = None) -> Task:
+  """Loads a task folder of any supported format."""
+  fmt = detect_format(path)
+  if fmt == "agentrl":
+    return load_task(path, suite)
+  if not fmt:
+    raise TaskFormatError(path, "<format>", "not a task folder (no task.toml or task.yaml)")
+  from envs import formats  # formats imports this module
+
+  return (
+    formats.load_terminal_bench(path, suite)
+    if fmt == "terminal-bench"
+    else formats.load_harbor(path, suite)
+  )
+
+
+def find_task_dirs(root: str | pathlib.Path) -> list[pathlib.Path]:
+  """Every task folder under `root` (a folder holding task.toml or task.yaml), sorted."""
+  root = pathlib.Path(root)
+  if detect_format(root):
+    return [root]
+  found = {p.parent for p in root.rglob("task.toml")} | {p.parent for p in root.rglob("task.yaml")}
+  # A folder nested inside another task (e.g. a fixture) is not a task of its own.
+  found = {d for d in found if not any(a in found for a in d.parents)}
+  return sorted(found)
+
+
+def load_tasks(root: str | pathlib.Path) -> list[Task]:
+  """Loads every task under `root`; the suite is the first folder level below `root`."""
+  root = pathlib.Path(root)
+  out, seen = [], {}
+  for d in find_task_dirs(root):
+    rel = d.relative_to(root).parts if d != root else ()
+    suite = rel[0] if len(rel) > 1 else (root.name if d != root else None)
+    task = load_any(d, suite)
+    if task.id in seen:
+      raise TaskFormatError(
+        d / "task.toml", "id", f"duplicate task id {task.id!r} (also {seen[task.id]})"
+      )
+    seen[task.id] = d
+    out.append(task)
+  return out
+
+
+BUILTIN_DIR = pathlib.Path(__file__).parent / "tasks"
+
+
+def builtin_tasks() -> list[Task]:
+  return load_tasks(BUILTIN_DIR)

@@ -1,0 +1,185 @@
+"""A task's sandbox: create it from the task, copy files in, run the setup, remember the start.
+
+`open_task_sandbox(task, backend)` returns a `TaskSandbox`: the live sandbox, the workspace
+manifest right after setup (for tamper detection) and, when asked, a pristine snapshot that
+`reset()` restores, so one sandbox serves many episodes of the same task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shlex
+import tempfile
+import uuid
+
+from envs import sandbox as sandbox_lib
+from envs.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from envs.task import FileEntry, Task
+
+SETUP_DIR = "/tmp/.agentrl-setup"
+SETUP_FAILED_RC = 97  # set by translated Dockerfile steps that cannot be replayed
+
+
+class TaskSetupError(RuntimeError):
+  """The task's environment could not be built (a task defect, not an infrastructure one)."""
+
+
+# Kills every process in the sandbox except pid 1 and this shell's own ancestors, so nothing
+# the agent left running (a daemon rewriting files) survives into grading. Loops because a
+# process may fork while we walk /proc.
+KILL_STRAYS = r"""
+__anc=" $$ "; __p=$$
+while [ "$__p" -gt 1 ] 2>/dev/null; do
+  __p=$(sed 's/.*) //' /proc/$__p/stat 2>/dev/null | cut -d' ' -f2) || break
+  [ -n "$__p" ] || break; __anc="$__anc$__p "
+done
+for __i in 1 2 3; do
+  for __d in /proc/[0-9]*; do
+    __pid=${__d#/proc/}
+    case "$__anc" in *" $__pid "*) continue;; esac
+    [ "$__pid" = 1 ] || kill -9 "$__pid" 2>/dev/null
+  done
+done
+unset __anc __p __i __d __pid
+"""
+
+# Prints a JSON manifest {relative path: sha256 | "link:<target>"} of the workspace.
+_MANIFEST_PY = r"""
+import hashlib, json, os, sys
+root = sys.argv[1]; out = {}
+for d, dirs, files in os.walk(root):
+  for n in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+    p = os.path.join(d, n); rel = os.path.relpath(p, root)
+    if os.path.islink(p):
+      out[rel] = "link:" + os.readlink(p); continue
+    try:
+      h = hashlib.sha256()
+      with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
+      out[rel] = h.hexdigest()
+    except OSError as e:
+      out[rel] = "error:" + type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def task_spec(task: Task, image: str = "default", **overrides) -> SandboxSpec:
+  """The SandboxSpec a task asks for; keyword overrides win."""
+  r = task.resources
+  kw = dict(
+    image=image,
+    cpus=r.cpus,
+    memory_mb=r.memory_mb,
+    pids=r.pids,
+    disk_mb=r.disk_mb,
+    exec_timeout_s=max(30.0, task.agent_timeout_s),
+    episode_timeout_s=task.agent_timeout_s + 2 * task.test_timeout_s + 300.0,
+    network=task.network,
+    env=task.env,
+    workdir=task.workdir,
+  )
+  kw.update(overrides)
+  return SandboxSpec(**kw)
+
+
+def put_files(sb: Sandbox, dest: str, files: tuple[FileEntry, ...]) -> None:
+  """Copies task files into the sandbox under `dest` with one upload."""
+  if not files:
+    return
+  with tempfile.TemporaryDirectory(prefix="agentrl-files-") as tmp:
+    for f in files:
+      p = pathlib.Path(tmp, f.path)
+      p.parent.mkdir(parents=True, exist_ok=True)
+      p.write_bytes(f.data)
+      p.chmod(f.mode & 0o777)
+    sb.upload(tmp, dest)
+
+
+def run_checked(sb: Sandbox, cmd: str, timeout_s: float, what: str) -> str:
+  """Runs a grader-side command; an infrastructure failure raises SandboxError."""
+  r = sb.exec(cmd, timeout_s=timeout_s)
+  if r.exit_code != 0 or r.timed_out:
+    raise SandboxError(
+      f"{what} failed (exit {r.exit_code}, timed_out={r.timed_out}): {r.stderr[-2000:]}"
+    )
+  return r.stdout
+
+
+def workspace_manifest(sb: Sandbox, workdir: str, timeout_s: float = 60.0) -> dict[str, str]:
+  out = run_checked(
+    sb,
+    f"python3 -I -c {shlex.quote(_MANIFEST_PY)} {shlex.quote(workdir)}",
+    timeout_s,
+    "workspace manifest",
+  )
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def run_setup(sb: Sandbox, task: Task) -> None:
+  """Copies workspace and setup files in and runs the setup script in the workspace."""
+  put_files(sb, task.workdir, task.workspace_files)
+  if not task.setup_script.strip():
+    return
+  setup_dir = f"{SETUP_DIR}-{uuid.uuid4().hex[:8]}"
+  files = task.setup_files + (FileEntry("setup.sh", task.setup_script.encode(), 0o755),)
+  put_files(sb, setup_dir, files)
+  cmd = f"cd {shlex.quote(task.workdir)} && SETUP_DIR={setup_dir} bash {setup_dir}/setup.sh"
+  r = sb.exec(cmd, timeout_s=max(60.0, task.test_timeout_s))
+  sb.exec(f"rm -rf {setup_dir}", timeout_s=30)
+  if r.timed_out or r.exit_code != 0:
+    why = "timed out" if r.timed_out else f"exit code {r.exit_code}"
+    raise TaskSetupError(
+      f"task {task.id}: environment setup {why}\n--- stderr ---\n{r.stderr[-4000:]}\n--- stdout ---\n{r.stdout[-2000:]}"
+    )
+
+
+@dataclasses.dataclass
+class TaskSandbox:
+  """A live sandbox prepared for one task."""
+
+  sandbox: Sandbox
+  task: Task
+  backend: str
+  baseline: dict[str, str]  # workspace manifest right after setup
+  pristine: str | None = None  # snapshot id right after setup
+
+  def reset(self) -> None:
+    """Back to the state right after setup: no agent process, pristine workspace."""
+    if self.pristine is None:
+      raise ValueError("this TaskSandbox was opened without a pristine snapshot")
+    self.sandbox.exec(KILL_STRAYS, timeout_s=30)
+    self.sandbox.restore(self.pristine)
+
+  def close(self) -> None:
+    self.sandbox.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()
+    return False
+
+
+def open_task_sandbox(
+  task: Task,
+  backend: str = "bwrap",
+  image: str = "default",
+  snapshot: bool = False,
+  **spec_overrides,
+) -> TaskSandbox:
+  """Creates the sandbox, builds the task environment, records the baseline.
+
+  Raises TaskSetupError when the task's own setup fails and SandboxError for infrastructure.
+  """
+  sb = sandbox_lib.make(backend, task_spec(task, image, **spec_overrides))
+  try:
+    run_setup(sb, task)
+    baseline = workspace_manifest(sb, task.workdir)
+    pristine = sb.snapshot() if snapshot else None
+  except BaseException:
+    sb.close()
+    raise
+  return TaskSandbox(sb, task, backend, baseline, pristine)

@@ -20,7 +20,8 @@ def rms_norm(x_BTN: jax.Array, w_N: jax.Array, eps: float) -> jax.Array:
   x = x_BTN.astype(jnp.float32)
   var = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
   y = (x * jax.lax.rsqrt(var + eps)).astype(x_BTN.dtype)
-  return (w_N.astype(x_BTN.dtype) * y).astype(x_BTN.dtype)
+  w = w_N.astype(x_BTN.dtype).reshape((1,) * (x_BTN.ndim - 1) + w_N.shape)
+  return (w * y).astype(x_BTN.dtype)
 
 
 def swiglu(x_BTD: jax.Array, w_gate_DF, w_up_DF, w_down_FD) -> jax.Array:

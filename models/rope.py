@@ -90,7 +90,9 @@ def cos_sin(positions_BT: jax.Array, cfg: ModelConfig) -> tuple[jax.Array, jax.A
   if cfg.rope_scaling.kind == "dynamic":
     seq_len = jnp.max(positions_BT) + 1
   inv_F, scale = inv_freq(cfg, seq_len)
-  freqs_BTF = positions_BT.astype(jnp.float32)[..., None] * jnp.asarray(inv_F, jnp.float32)
+  freqs_BTF = (
+    positions_BT.astype(jnp.float32)[..., None] * jnp.asarray(inv_F, jnp.float32)[None, None]
+  )
   emb_BTd = jnp.concatenate([freqs_BTF, freqs_BTF], axis=-1)
   return jnp.cos(emb_BTd) * scale, jnp.sin(emb_BTd) * scale
 

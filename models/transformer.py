@@ -11,6 +11,8 @@ F d_ff, E experts, L layers.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -81,8 +83,13 @@ def param_shapes(cfg: ModelConfig):
   return shapes
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def init(cfg: ModelConfig, key: jax.Array):
-  """Random parameters: N(0, 0.02) matrices (as HF's initializer_range), unit norms, zero biases."""
+  """Random parameters: N(0, 0.02) matrices (as HF's initializer_range), unit norms, zero biases.
+
+  Jitted (one compile per config); wrap in `jax.jit(..., out_shardings=...)` to create
+  the parameters already sharded.
+  """
   pdt = dtype_of(cfg.param_dtype)
   shapes = param_shapes(cfg)
   flat, treedef = jax.tree.flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
@@ -115,7 +122,7 @@ def layer_qkv(lp, x_BTD, positions_BT, cfg: ModelConfig):
   k = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wk"].astype(dt))
   v = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wv"].astype(dt))
   if cfg.attn_bias:
-    q, k, v = q + lp["bq"].astype(dt), k + lp["bk"].astype(dt), v + lp["bv"].astype(dt)
+    q, k, v = (a + lp[b].astype(dt)[None, None] for a, b in ((q, "bq"), (k, "bk"), (v, "bv")))
   if cfg.qk_norm:
     q = rms_norm(q, lp["q_norm"], cfg.norm_eps)
     k = rms_norm(k, lp["k_norm"], cfg.norm_eps)
@@ -133,7 +140,7 @@ def _finish(lp, x_BTD, attn_BTHd, cfg: ModelConfig, valid_BT=None):
   dt = x_BTD.dtype
   o_BTD = jnp.einsum("bthk,hkd->btd", attn_BTHd.astype(dt), lp["wo"].astype(dt))
   if cfg.attn_out_bias:
-    o_BTD = o_BTD + lp["bo"].astype(dt)
+    o_BTD = o_BTD + lp["bo"].astype(dt)[None, None]
   x_BTD = constrain(x_BTD + o_BTD, _ACT_BTD)
   h_BTD = rms_norm(x_BTD, lp["mlp_norm"], cfg.norm_eps)
   if cfg.is_moe:

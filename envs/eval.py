@@ -1,0 +1,383 @@
+"""The evaluation runner: every task N times, each in a fresh sandbox, graded like training.
+
+    trials = evaluate(tasks, make_agent("oracle"), EvalConfig(trials=3, concurrency=2))
+    summary = metrics.aggregate(trials)
+
+A trial opens a fresh sandbox for the task (envs.task_env), records the milestone/constraint
+checks at turn 0, lets the agent act (checks again after every turn, envs.milestones), grades
+the end state with the same `Verifier` as training (envs.verifier) and returns a plain dict
+(the rows of results.json). Agents:
+
+  policy    the model agent loop (envs.agent) over a Generator; one check per model turn
+  oracle    the reference solution, one turn per `solution/steps/NN.sh` if the task has them,
+            otherwise `solve.sh` as a single turn
+  scripted  shell commands from a file (envs.scripted_agent formats), one per turn
+  null      does nothing (it must score 0)
+
+An infrastructure failure (sandbox died, engine error) is retried in a new sandbox; if it
+persists the trial is masked (never a score of 0). Trials run on a thread pool of `concurrency`
+workers; results come back in (task, trial) order whatever the interleaving.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import pathlib
+import re
+import shlex
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+
+from envs.milestones import Monitor
+from envs.sandbox.base import SandboxError
+from envs.scripted_agent import AgentRun, ScriptedAgent, load_commands
+from envs.task import Task
+from envs.task_env import TaskSandbox, TaskSetupError, open_task_sandbox, put_files
+from envs.verifier import MASKED_MODES, GradeResult, Verifier, VerifierConfig, masked_result
+
+AGENTS = ("policy", "oracle", "null", "scripted")
+_OUT_CHARS = 2000  # per-turn output kept in the trajectory
+_STEP_RE = re.compile(r"^steps/[^/]+\.sh$")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  trials: int = 1
+  concurrency: int = 1
+  backend: str = "bwrap"
+  image: str = "default"
+  seed: int = 0
+  retries: int = 2  # extra attempts after an infrastructure failure
+  check_timeout_s: float = 30.0  # per milestone / constraint check
+  verifier: VerifierConfig = VerifierConfig()
+
+  def __post_init__(self):
+    for f in ("trials", "concurrency"):
+      if getattr(self, f) < 1:
+        raise ValueError(f"EvalConfig.{f} must be >= 1, got {getattr(self, f)}")
+    if self.retries < 0:
+      raise ValueError(f"EvalConfig.retries must be >= 0, got {self.retries}")
+
+
+@dataclasses.dataclass
+class AgentOutcome:
+  """What an agent did in one episode."""
+
+  turns: list[dict]  # {"action", "tool", "exit_code", "output", ...} per turn
+  finish_reason: (
+    str  # finish | script_end | max_turns | token_budget | time_budget | context | infra
+  )
+  timed_out: bool = False
+  tokens: int = 0
+  infra_error: str | None = None
+
+
+# ---------------------------------------------------------------- agents
+
+
+class _CheckingSandbox:
+  """Delegates to a sandbox; every exec is one agent turn, followed by the monitor's checks."""
+
+  def __init__(self, sb, monitor: Monitor):
+    self._sb, self._monitor, self.turns = sb, monitor, 0
+
+  def exec(self, cmd, timeout_s=None, stdin=None):
+    r = self._sb.exec(cmd, timeout_s=timeout_s, stdin=stdin)
+    self.turns += 1
+    self._monitor.check(self.turns)
+    return r
+
+  def __getattr__(self, name):
+    return getattr(self._sb, name)
+
+
+def _tail(text: str) -> str:
+  return text if len(text) <= _OUT_CHARS else "[...]" + text[-_OUT_CHARS:]
+
+
+def _run_to_turns(run: AgentRun) -> list[dict]:
+  return [
+    {
+      "action": s.command,
+      "tool": "shell",
+      "exit_code": s.result.exit_code,
+      "timed_out": s.result.timed_out,
+      "output": _tail(s.result.stdout + ("\n" + s.result.stderr if s.result.stderr else "")),
+    }
+    for s in run.steps
+  ]
+
+
+class NullAgent:
+  name = "null"
+
+  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
+    return AgentOutcome([], "finish")
+
+
+class CommandAgent:
+  """Replays commands (one turn each) with envs.scripted_agent.ScriptedAgent."""
+
+  def __init__(self, commands_for: Callable[[Task], list[str]], name: str = "scripted"):
+    self.commands_for, self.name = commands_for, name
+
+  def _replay(self, ts: TaskSandbox, monitor: Monitor, commands: list[str]) -> AgentOutcome:
+    box = _CheckingSandbox(ts.sandbox, monitor)
+    run = ScriptedAgent(commands, name=self.name).run(box, ts.task)
+    return AgentOutcome(_run_to_turns(run), "script_end", run.timed_out)
+
+  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
+    return self._replay(ts, monitor, self.commands_for(ts.task))
+
+
+def solution_steps(task: Task) -> list[str]:
+  """Paths of the task's per-turn solution steps (solution/steps/*.sh), sorted; may be empty."""
+  return sorted(f.path for f in task.solution_files if _STEP_RE.match(f.path))
+
+
+class OracleAgent(CommandAgent):
+  """The reference solution, staged outside the workspace, one turn per step file."""
+
+  def __init__(self):
+    super().__init__(lambda task: [], "oracle")
+
+  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
+    from envs.task import FileEntry
+
+    task = ts.task
+    stage = f"/tmp/.agentrl-oracle-{uuid.uuid4().hex[:12]}"
+    files = task.solution_files + (FileEntry("solve.sh", task.solution_script.encode(), 0o755),)
+    put_files(ts.sandbox, stage, files)
+    steps = solution_steps(task) or ["solve.sh"]
+    cmds = [f"SOLUTION_DIR={stage} bash {shlex.quote(f'{stage}/{s}')}" for s in steps]
+    try:
+      return self._replay(ts, monitor, cmds)
+    finally:
+      ts.sandbox.exec(f"rm -rf {stage}", timeout_s=30)
+
+
+class _CheckingPolicy:
+  """Wraps a Generator: turn n+1's request means turn n has acted, so check the state first."""
+
+  def __init__(self, policy, monitor: Monitor):
+    self._policy, self._monitor, self.requests = policy, monitor, 0
+
+  def submit(self, req):
+    if self.requests > 0:
+      self._monitor.check(self.requests)
+    self.requests += 1
+    return self._policy.submit(req)
+
+  def release_session(self, session_id: str) -> None:
+    self._policy.release_session(session_id)
+
+
+class PolicyAgent:
+  """The model agent loop (envs.agent.run_episode) over a shared Generator-like policy."""
+
+  name = "policy"
+
+  def __init__(self, policy, tokenizer, agent_cfg=None, system_prompt: str | None = None):
+    from envs import agent as agent_lib  # jax-backed; imported only when a model is evaluated
+
+    self.policy = policy
+    self.agent_cfg = agent_cfg or agent_lib.AgentConfig()
+    prompt = agent_lib.DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    self.fmt = agent_lib.ChatFormat(tokenizer, prompt)
+
+  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
+    from envs import agent as agent_lib
+
+    task = ts.task
+    cfg = dataclasses.replace(
+      self.agent_cfg, episode_timeout_s=min(self.agent_cfg.episode_timeout_s, task.agent_timeout_s)
+    )
+    ep = agent_lib.run_episode(
+      _CheckingPolicy(self.policy, monitor),
+      self.fmt,
+      ts.sandbox,
+      task.instruction,
+      cfg,
+      episode_id=f"{task.id}#{seed}#{uuid.uuid4().hex[:8]}",
+      seed=seed,
+    )
+    turns = [
+      {
+        "action": t.action,
+        "tool": t.tool,
+        "error": t.error,
+        "exit_code": t.exit_code,
+        "gen_tokens": t.gen_tokens,
+      }
+      for t in ep.turns
+    ]
+    return AgentOutcome(
+      turns,
+      ep.finish_reason,
+      ep.finish_reason == "time_budget",
+      ep.generated_tokens,
+      ep.infra_error,
+    )
+
+
+def script_agent(path: str | pathlib.Path) -> CommandAgent:
+  """A scripted agent: one command file for every task, or a folder of `<task_id>.<ext>` files."""
+  p = pathlib.Path(path)
+  if p.is_file():
+    cmds = load_commands(p)
+    return CommandAgent(lambda task: list(cmds), f"scripted:{p.name}")
+  if not p.is_dir():
+    raise FileNotFoundError(f"--script: {p} is neither a command file nor a folder")
+
+  def commands_for(task: Task) -> list[str]:
+    for ext in (".sh", ".txt", ".json", ".yaml", ".yml", ""):
+      f = p / f"{task.id}{ext}"
+      if f.is_file():
+        return load_commands(f)
+    raise FileNotFoundError(f"--script folder {p} has no command file for task {task.id!r}")
+
+  return CommandAgent(commands_for, f"scripted:{p.name}")
+
+
+def make_agent(kind: str, *, script: str | None = None, policy=None):
+  """An agent by name; `policy` is a ready PolicyAgent for kind 'policy'."""
+  if kind == "null":
+    return NullAgent()
+  if kind == "oracle":
+    return OracleAgent()
+  if kind == "scripted":
+    if not script:
+      raise ValueError("the scripted agent needs a command file or folder (--script)")
+    return script_agent(script)
+  if kind == "policy":
+    if policy is None:
+      raise ValueError("the policy agent needs a checkpoint (--checkpoint)")
+    return policy
+  raise ValueError(f"unknown agent {kind!r}; choose from {AGENTS}")
+
+
+# ---------------------------------------------------------------- trials
+
+
+def trial_seed(seed: int, task_id: str, trial: int) -> int:
+  """A seed per (run seed, task, trial) that does not depend on scheduling order."""
+  return zlib.crc32(f"{seed}:{task_id}:{trial}".encode()) & 0x7FFFFFFF
+
+
+def failure_mode(grade: GradeResult, outcome: AgentOutcome | None) -> str:
+  """The verifier's failure mode, refined with why the agent stopped when the tests failed."""
+  if grade.masked or grade.passed or grade.failure_mode != "none":
+    return "none" if grade.passed and grade.failure_mode == "none" else grade.failure_mode
+  reason = outcome.finish_reason if outcome else ""
+  return {
+    "context": "context_length_exceeded",
+    "max_turns": "turn_budget",
+    "token_budget": "token_budget",
+    "time_budget": "agent_timeout",
+  }.get(reason, "tests_failed")
+
+
+def _attempt(
+  task: Task, agent, cfg: EvalConfig, seed: int
+) -> tuple[GradeResult, AgentOutcome | None, Monitor | None, dict]:
+  """One sandbox, one episode, one grade. Infra failures come back as masked grades."""
+  times = {"agent_s": 0.0, "grade_s": 0.0}
+  try:
+    ts = open_task_sandbox(task, cfg.backend, cfg.image)
+  except TaskSetupError as e:
+    return masked_result(task.id, "setup_error", str(e)), None, None, times
+  except SandboxError as e:
+    return masked_result(task.id, "sandbox_error", str(e)), None, None, times
+  with ts:
+    monitor = Monitor(ts.sandbox, task, cfg.check_timeout_s)
+    t0 = time.monotonic()
+    try:
+      monitor.check(0)
+      outcome = agent.run(ts, monitor, seed)
+      if outcome.infra_error is None:
+        monitor.check(len(outcome.turns))
+    except SandboxError as e:
+      outcome = AgentOutcome([], "infra", infra_error=f"SandboxError: {e}")
+    times["agent_s"] = time.monotonic() - t0
+    if outcome.infra_error is not None:
+      return masked_result(task.id, "infra_error", outcome.infra_error), outcome, monitor, times
+    t1 = time.monotonic()
+    grade = Verifier(cfg.verifier).grade(ts, agent_timed_out=outcome.timed_out)
+    times["grade_s"] = time.monotonic() - t1
+  return grade, outcome, monitor, times
+
+
+def run_trial(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
+  """Runs (and on infrastructure failure retries) one trial; returns its record."""
+  seed = trial_seed(cfg.seed, task.id, trial)
+  t0 = time.monotonic()
+  attempts = 0
+  while True:
+    attempts += 1
+    grade, outcome, monitor, times = _attempt(task, agent, cfg, seed)
+    retry = grade.failure_mode in MASKED_MODES and grade.failure_mode != "setup_error"
+    if not retry or attempts > cfg.retries:
+      break
+  return _record(
+    task, trial, agent, seed, grade, outcome, monitor, times, attempts, time.monotonic() - t0
+  )
+
+
+def _record(task, trial, agent, seed, grade, outcome, monitor, times, attempts, wall_s) -> dict:
+  summary = monitor.summary() if monitor is not None and monitor.active and monitor.checks else None
+  return {
+    "task_id": task.id,
+    "suite": task.suite,
+    "domain": task.domain,
+    "difficulty": task.difficulty,
+    "format": task.format,
+    "trial": trial,
+    "agent": agent.name,
+    "seed": seed,
+    "passed": bool(grade.passed),
+    "reward": grade.reward,
+    "masked": grade.masked,
+    "failure_mode": failure_mode(grade, outcome),
+    "grade_failure_mode": grade.failure_mode,
+    "detail": grade.detail,
+    "finish_reason": outcome.finish_reason if outcome else "not_started",
+    "turns": len(outcome.turns) if outcome else 0,
+    "tokens": outcome.tokens if outcome else 0,
+    "wall_s": round(wall_s, 3),
+    "agent_s": round(times["agent_s"], 3),
+    "grade_s": round(times["grade_s"], 3),
+    "attempts": attempts,
+    "subscores": dict(grade.subscores),
+    "tests": [{"name": t.name, "outcome": t.outcome} for t in grade.tests],
+    "checks": summary,
+    "turn_checks": [tc.to_dict() for tc in monitor.checks] if monitor else [],
+    "trajectory": outcome.turns if outcome else [],
+    "instruction": task.instruction,
+  }
+
+
+def evaluate(
+  tasks: Sequence[Task],
+  agent,
+  cfg: EvalConfig = EvalConfig(),
+  on_trial: Callable[[dict], None] | None = None,
+) -> list[dict]:
+  """Every task `cfg.trials` times on `cfg.concurrency` workers; records in (task, trial) order."""
+  ids = [t.id for t in tasks]
+  if len(set(ids)) != len(ids):
+    raise ValueError("evaluate: duplicate task ids")
+  jobs = [(i, task, k) for i, task in enumerate(tasks) for k in range(cfg.trials)]
+  out: dict[tuple[int, int], dict] = {}
+  with concurrent.futures.ThreadPoolExecutor(
+    cfg.concurrency, thread_name_prefix="agentrl-eval"
+  ) as pool:
+    futs = {pool.submit(run_trial, task, k, agent, cfg): (i, k) for i, task, k in jobs}
+    for fut in concurrent.futures.as_completed(futs):
+      rec = fut.result()
+      out[futs[fut]] = rec
+      if on_trial is not None:
+        on_trial(rec)
+  return [out[(i, k)] for i, _, k in jobs]

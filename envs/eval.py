@@ -381,3 +381,75 @@ def evaluate(
       if on_trial is not None:
         on_trial(rec)
   return [out[(i, k)] for i, _, k in jobs]
+
+
+# ---------------------------------------------------------------- task selection and policy
+
+
+def resolve_tasks(spec: str) -> list[Task]:
+  """Tasks from a comma-separated list of folders, built-in suite names, or `builtin`."""
+  from envs.task import BUILTIN_DIR, builtin_tasks, load_tasks
+
+  out: list[Task] = []
+  for item in [s.strip() for s in spec.split(",") if s.strip()]:
+    path = pathlib.Path(item)
+    if item in ("builtin", "all"):
+      out += builtin_tasks()
+    elif path.exists():
+      out += load_tasks(path)
+    elif (BUILTIN_DIR / item).is_dir():
+      out += load_tasks(BUILTIN_DIR / item)
+    else:
+      suites = sorted(p.name for p in BUILTIN_DIR.iterdir() if p.is_dir())
+      raise FileNotFoundError(
+        f"--tasks: {item!r} is neither a folder nor a built-in suite ({', '.join(suites)}, builtin)"
+      )
+  if not out:
+    raise ValueError(f"--tasks={spec!r} holds no task")
+  return out
+
+
+def sample_tasks(tasks: Sequence[Task], per_suite: int, seed: int = 0) -> list[Task]:
+  """A seeded sample of `per_suite` tasks from each suite (all of a smaller suite), in order."""
+  import random
+
+  by_suite: dict[str, list[Task]] = {}
+  for t in tasks:
+    by_suite.setdefault(t.suite, []).append(t)
+  keep = set()
+  for suite, ts in sorted(by_suite.items()):
+    rng = random.Random(f"{seed}:{suite}")
+    keep |= {t.id for t in (ts if len(ts) <= per_suite else rng.sample(ts, per_suite))}
+  return [t for t in tasks if t.id in keep]
+
+
+def policy_from_checkpoint(
+  checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1
+) -> tuple[PolicyAgent, Callable[[], None]]:
+  """A PolicyAgent over a local HF checkpoint folder, and a function that shuts it down.
+
+  tokenizer: `auto` (the checkpoint's tokenizer.json), `byte` (models.tokenizer.ByteTokenizer)
+  or a folder holding tokenizer.json.
+  """
+  from envs.agent import AgentConfig
+  from models import hf
+  from models.engine import Engine
+  from models.generator import Generator
+  from models.tokenizer import ByteTokenizer
+
+  agent_cfg = agent_cfg or AgentConfig(greedy=True)
+  model_cfg, params = hf.load(checkpoint)
+  tok = (
+    ByteTokenizer()
+    if tokenizer == "byte"
+    else hf.load_tokenizer(checkpoint if tokenizer == "auto" else tokenizer)
+  )
+  if tok.vocab_size > model_cfg.vocab_size:
+    raise ValueError(
+      f"tokenizer has {tok.vocab_size} ids but the checkpoint {checkpoint} only {model_cfg.vocab_size}"
+    )
+  max_len = min(model_cfg.max_seq_len, agent_cfg.max_context_tokens)
+  agent_cfg = dataclasses.replace(agent_cfg, max_context_tokens=max_len)
+  engine = Engine(model_cfg, params, max_concurrent_decodes=concurrency, max_seq_len=max_len)
+  gen = Generator(engine, tokenizer=tok)
+  return PolicyAgent(gen, tok, agent_cfg), gen.close

@@ -1,0 +1,1 @@
+sed -i 's/    return s.lstrip("-")/    return s.strip("-")/' textkit/slug.py

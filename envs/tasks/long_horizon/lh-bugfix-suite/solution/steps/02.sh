@@ -1,0 +1,1 @@
+sed -i 's/<= width + 1:/<= width:/' textkit/wrap.py

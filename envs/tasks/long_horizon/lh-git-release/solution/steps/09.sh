@@ -1,0 +1,1 @@
+git -C repo branch -d feature/old

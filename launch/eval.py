@@ -1,0 +1,168 @@
+r"""Evaluate an agent on task suites and write results.json, summary.md and report.html.
+
+  python -m launch.eval --tasks=long_horizon --agent=oracle --trials=1 --out=/tmp/ev
+  python -m launch.eval --tasks=long_horizon,core --sample=5 --agent=null --out=/tmp/ev
+  python -m launch.eval --tasks=path/to/tasks --agent=policy --checkpoint=CKPT \
+      --trials=4 --concurrency=4 --backend=docker --seed=0 --out=/tmp/ev
+  python -m launch.eval --tasks=core --agent=scripted --script=cmds.txt --out=/tmp/ev
+
+--tasks: comma-separated task folders (ours, Terminal-Bench or Harbor) and/or built-in suite
+names (`builtin` for all). Failed episodes are exported under OUT/flywheel/; with
+--train_tasks, OUT/decontamination.json (+ .md) compares that training pool to the eval tasks.
+The policy decodes greedily by default, so the same seed, checkpoint and tasks give the same
+scores.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+import time
+
+from absl import app, flags, logging
+
+_TASKS = flags.DEFINE_string(
+  "tasks", None, "Task folders and/or built-in suite names, comma-separated."
+)
+_AGENT = flags.DEFINE_enum("agent", "oracle", ["policy", "oracle", "null", "scripted"], "Agent.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "HF checkpoint folder (policy agent).")
+_TOKENIZER = flags.DEFINE_string("tokenizer", "auto", "auto (checkpoint's), byte, or a folder.")
+_SCRIPT = flags.DEFINE_string("script", None, "Command file, or folder of <task_id>.<ext> files.")
+_TRIALS = flags.DEFINE_integer("trials", 1, "Trials per task.")
+_CONCURRENCY = flags.DEFINE_integer("concurrency", 1, "Trials running at once.")
+_BACKEND = flags.DEFINE_enum("backend", "bwrap", ["bwrap", "docker"], "Sandbox backend.")
+_IMAGE = flags.DEFINE_string("image", "default", "Sandbox image.")
+_OUT = flags.DEFINE_string("out", None, "Output folder.")
+_SEED = flags.DEFINE_integer("seed", 0, "Run seed (per-trial seeds derive from it).")
+_SAMPLE = flags.DEFINE_integer(
+  "sample", 0, "If > 0: evaluate a seeded sample of this many tasks per suite."
+)
+_FILTER = flags.DEFINE_string("filter", None, "Only task ids matching this glob.")
+_RETRIES = flags.DEFINE_integer("retries", 2, "Retries of a trial after an infrastructure error.")
+_VERIFIER_MODE = flags.DEFINE_enum("verifier_mode", "after", ["after", "fresh"], "Grading mode.")
+_MAX_TURNS = flags.DEFINE_integer("max_turns", 30, "Policy: turns per episode.")
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 256, "Policy: tokens per turn.")
+_MAX_EP_TOKENS = flags.DEFINE_integer("max_episode_tokens", 8192, "Policy: tokens per episode.")
+_MAX_CONTEXT = flags.DEFINE_integer("max_context_tokens", 8192, "Policy: context length.")
+_GREEDY = flags.DEFINE_bool("greedy", True, "Policy: greedy decoding.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Policy: temperature when not greedy.")
+_EXPORT = flags.DEFINE_bool("export_failures", True, "Export failed episodes to OUT/flywheel.")
+_TRAIN_TASKS = flags.DEFINE_string(
+  "train_tasks", None, "Training pool for the decontamination report."
+)
+
+
+def _select(tasks):
+  import fnmatch
+
+  from envs import eval as ev
+
+  if _FILTER.value:
+    tasks = [t for t in tasks if fnmatch.fnmatchcase(t.id, _FILTER.value)]
+  if _SAMPLE.value > 0:
+    tasks = ev.sample_tasks(tasks, _SAMPLE.value, _SEED.value)
+  if not tasks:
+    raise app.UsageError("no task left after --filter/--sample")
+  return tasks
+
+
+def _agent():
+  from envs import eval as ev
+  from envs.agent import AgentConfig
+
+  if _AGENT.value != "policy":
+    return ev.make_agent(_AGENT.value, script=_SCRIPT.value), lambda: None
+  if not _CHECKPOINT.value:
+    raise app.UsageError("--agent=policy needs --checkpoint")
+  cfg = AgentConfig(
+    max_turns=_MAX_TURNS.value,
+    max_new_tokens=_MAX_NEW.value,
+    max_episode_tokens=_MAX_EP_TOKENS.value,
+    max_context_tokens=_MAX_CONTEXT.value,
+    greedy=_GREEDY.value,
+    temperature=_TEMPERATURE.value,
+  )
+  return ev.policy_from_checkpoint(_CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not _TASKS.value or not _OUT.value:
+    raise app.UsageError("--tasks and --out are required")
+  from envs import eval as ev
+  from envs import flywheel, report
+  from envs.verifier import VerifierConfig
+
+  tasks = _select(ev.resolve_tasks(_TASKS.value))
+  cfg = ev.EvalConfig(
+    trials=_TRIALS.value,
+    concurrency=_CONCURRENCY.value,
+    backend=_BACKEND.value,
+    image=_IMAGE.value,
+    seed=_SEED.value,
+    retries=_RETRIES.value,
+    verifier=VerifierConfig(mode=_VERIFIER_MODE.value),
+  )
+  agent, close = _agent()
+  out = pathlib.Path(_OUT.value)
+  total, done = len(tasks) * cfg.trials, []
+
+  def progress(rec):
+    done.append(rec)
+    mark = "PASS" if rec["passed"] else rec["failure_mode"]
+    logging.info(
+      "[%d/%d] %s #%d: %s (%.1fs)",
+      len(done),
+      total,
+      rec["task_id"],
+      rec["trial"],
+      mark,
+      rec["wall_s"],
+    )
+
+  t0 = time.monotonic()
+  try:
+    trials = ev.evaluate(tasks, agent, cfg, on_trial=progress)
+  finally:
+    close()
+  config = {
+    "tasks": _TASKS.value,
+    "agent": _AGENT.value,
+    "checkpoint": _CHECKPOINT.value,
+    "script": _SCRIPT.value,
+    "trials": cfg.trials,
+    "concurrency": cfg.concurrency,
+    "backend": cfg.backend,
+    "seed": cfg.seed,
+    "verifier_mode": cfg.verifier.mode,
+    "n_tasks": len(tasks),
+    "wall_s": round(time.monotonic() - t0, 1),
+  }
+  summary = report.write_reports(out, trials, config)
+  if _EXPORT.value:
+    flywheel.export_failures(trials, tasks, out / "flywheel")
+  if _TRAIN_TASKS.value:
+    rep = flywheel.decontamination_report(ev.resolve_tasks(_TRAIN_TASKS.value), tasks)
+    flywheel.write_decontamination(rep, out / "decontamination.json")
+  o = summary["overall"]
+  print(
+    json.dumps(
+      {
+        "pass@1": o["pass@1"],
+        "pass@k": o["pass@k"],
+        "completion": o["completion"],
+        "step_success": o["step_success"],
+        "forgetting": o["forgetting"],
+        "failure_modes": summary["failure_modes"],
+        "out": str(out),
+      },
+      indent=1,
+    )
+  )
+  return 0 if summary["masked_trials"] == 0 else 3
+
+
+if __name__ == "__main__":
+  app.run(lambda argv: sys.exit(main(argv)))

@@ -168,6 +168,11 @@ def decode_fn(params, state: DecodeState, *, cfg: ModelConfig):
   return new, StepOutput(token_S, logprob_S)
 
 
+# Module-level jits (cfg static) so engines of the same config share compiled steps.
+_PREFILL_JIT = jax.jit(prefill_fn, static_argnames=("cfg",))
+_INSERT_JIT = jax.jit(insert_fn, donate_argnums=(1,))
+_GENERATE_JIT = jax.jit(decode_fn, static_argnames=("cfg",), donate_argnums=(1,))
+
 # ------------------------------------------------------------------------ the engine
 
 
@@ -206,9 +211,9 @@ class Engine:
     self._shardings = jax.tree.map(lambda a: a.sharding, jax.device_put(params))
     self.params = jax.device_put(params, self._shardings)
     self.policy_version = version
-    self._prefill_jit = jax.jit(functools.partial(prefill_fn, cfg=model_cfg))
-    self._insert_jit = jax.jit(insert_fn, donate_argnums=(1,))
-    self._generate_jit = jax.jit(functools.partial(decode_fn, cfg=model_cfg), donate_argnums=(1,))
+    self._prefill_jit = functools.partial(_PREFILL_JIT, cfg=model_cfg)
+    self._insert_jit = _INSERT_JIT
+    self._generate_jit = functools.partial(_GENERATE_JIT, cfg=model_cfg)
 
   # -- JetStream Engine API ---------------------------------------------------------------
   def load_params(self, params, version: int | None = None):

@@ -1,0 +1,1 @@
+printf '\n.PHONY: clean\nclean:\n\trm -rf build dist\n' >> Makefile

@@ -1,0 +1,2 @@
+make build
+make -q build

@@ -1,0 +1,1 @@
+awk '/^\[/ { sec = $0 } sec == "[server]" && /^max_connections = / { $0 = "max_connections = 200" } sec == "[logging]" && /^level = / { $0 = "level = warn" } { print }' etc/app.conf > etc/app.conf.new && cat etc/app.conf.new > etc/app.conf && rm etc/app.conf.new

@@ -1,0 +1,1 @@
+ALTER TABLE users ADD COLUMN status TEXT NOT NULL DEFAULT 'active';

@@ -1,0 +1,1 @@
+ls conf.d | grep '\.ini$' | LC_ALL=C sort > conf.d/index.txt

@@ -1,0 +1,2 @@
+mkdir -p backup
+tar -czf backup/config-orig.tar.gz config/app.ini

@@ -1,0 +1,1 @@
+mkdir -p work && cp inventory.json work/inventory.json

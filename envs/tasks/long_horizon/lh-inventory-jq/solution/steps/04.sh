@@ -1,0 +1,1 @@
+jq '.items += [{"sku": "X-100", "name": "Xylophone", "category": "toys", "price": 49.9, "qty": 2, "discontinued": false}]' work/inventory.json > work/inventory.tmp && mv work/inventory.tmp work/inventory.json

@@ -1,0 +1,1 @@
+jq '[.items[] | select(.qty < 5) | .sku] | sort' work/inventory.json > work/low_stock.json

@@ -1,0 +1,1 @@
+bash rotate.sh backups/daily 3 > backups/retention.log

@@ -1,0 +1,1 @@
+mkdir -p inbox && mv drop/*.txt inbox/ && ./queue done

@@ -1,0 +1,1 @@
+find inbox -type f -empty -delete && ./queue done

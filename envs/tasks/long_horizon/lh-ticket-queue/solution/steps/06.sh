@@ -1,0 +1,1 @@
+sed -i 's/\t/    /g' merged.txt && ./queue done

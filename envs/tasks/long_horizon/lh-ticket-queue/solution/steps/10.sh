@@ -1,0 +1,1 @@
+tar -czf inbox.tar.gz inbox && rm -rf inbox && ./queue done

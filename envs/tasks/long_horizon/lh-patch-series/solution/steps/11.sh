@@ -1,0 +1,1 @@
+python3 -B src/selftest.py > selftest.log

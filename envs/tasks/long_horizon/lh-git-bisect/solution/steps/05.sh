@@ -1,0 +1,1 @@
+git -C repo bisect reset >/dev/null

@@ -1,0 +1,1 @@
+git -C repo checkout -q -b fix/total main

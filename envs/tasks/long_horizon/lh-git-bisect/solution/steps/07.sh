@@ -1,0 +1,1 @@
+git -C repo revert --no-edit "$(cat notes/first_bad.txt)" >/dev/null

@@ -1,0 +1,1 @@
+(cd repo && ./check.sh) && echo pass > notes/after_fix.txt

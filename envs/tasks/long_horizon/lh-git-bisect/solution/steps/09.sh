@@ -1,0 +1,2 @@
+git -C repo checkout -q main
+git -C repo merge -q --no-ff fix/total -m "Merge fix/total"

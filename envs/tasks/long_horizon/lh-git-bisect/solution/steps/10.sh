@@ -1,0 +1,1 @@
+git -C repo tag v1.0.2 main

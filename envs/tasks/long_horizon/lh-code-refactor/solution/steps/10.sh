@@ -1,0 +1,1 @@
+printf 'utils.py -> money.py\ncalc_total -> compute_total\n' > REFACTOR.md

@@ -1,0 +1,1 @@
+python3 -B -m pytest -q -p no:cacheprovider tests

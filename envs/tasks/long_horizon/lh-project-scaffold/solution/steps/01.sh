@@ -1,0 +1,1 @@
+mkdir -p calcpkg/src/calc calcpkg/tests && cp LICENSE calcpkg/LICENSE

@@ -1,0 +1,199 @@
+"""Decode throughput of the generation engine vs a naive loop and a static while_loop sampler.
+
+Model: the ~20M Qwen3-shaped config (vocab 8192, width 512, 4 layers, GQA 8/2, d_ff 2048),
+random weights, fp32, greedy, prompt 64, 128 new tokens. For 1, 8 and 32 concurrent requests
+it reports (medians of --repeats runs, all in one process):
+  engine      Generator end to end (submit -> all results, prefill included), tokens/s
+  static      a jitted prefill + lax.while_loop sampler over a dense cache, one static batch
+  naive       a loop recomputing the whole (padded) prefix for every token
+  overhead    (engine run - its prefills) / steps / (jitted decode step alone); target <= 1.25
+Run: python benchmarks/generate.py [--repeats=3] [--concurrency=1,8,32] [--speculative]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from anywhere
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models import config  # noqa: E402
+from models import transformer as tfm
+from models.attention import attend
+from models.engine import Engine
+from models.generator import GenerationRequest, Generator
+from models.sampling import SamplingParams
+
+PROMPT, NEW = 64, 128
+
+
+def model():
+  cfg = config.qwen3_20m(n_layers=4, d_ff=2048, max_seq_len=PROMPT + NEW)
+  return cfg, tfm.init(cfg, jax.random.PRNGKey(0))
+
+
+# ------------------------------------------------------------------ baselines
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "new"))
+def static_sampler(params, prompt_BT, *, cfg, new):
+  """Prefill a static batch into a dense cache, then greedy-decode with lax.while_loop."""
+  B, T = prompt_BT.shape
+  max_len = T + new
+  pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+  cache_pos_BS = jnp.broadcast_to(jnp.arange(max_len, dtype=jnp.int32), (B, max_len))
+
+  def layers(x, cache, pos_BT, write_at):
+    def body(carry, xs):
+      x, (kc, vc) = carry
+      lp, layer = xs
+      q, k, v = tfm.layer_qkv(lp, x, pos_BT, cfg)
+      kc = jax.lax.dynamic_update_slice(kc, k[None], (layer, 0, write_at, 0, 0))
+      vc = jax.lax.dynamic_update_slice(vc, v[None], (layer, 0, write_at, 0, 0))
+      attn = attend(q, kc[layer], vc[layer], q_pos_BT=pos_BT, k_pos_BS=cache_pos_BS, impl="naive")
+      x, _ = tfm.layer_finish(lp, x, attn, cfg)
+      return (x, (kc, vc)), None
+
+    xs = (params["layers"], jnp.arange(cfg.n_layers))
+    (x, cache), _ = jax.lax.scan(body, (x, cache), xs)
+    return x, cache
+
+  shape = (cfg.n_layers, B, max_len, cfg.n_kv_heads, cfg.head_dim)
+  cache = (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+  x, cache = layers(tfm.embed(params, prompt_BT, cfg), cache, pos_BT, 0)
+  tok_B = jnp.argmax(tfm.unembed(params, x[:, -1:], cfg)[:, 0], axis=-1).astype(jnp.int32)
+  out_BN = jnp.zeros((B, new), jnp.int32).at[:, 0].set(tok_B)
+
+  def cond(c):
+    return c[0] < new
+
+  def step(c):
+    i, tok_B, cache, out_BN = c
+    pos = T + i - 1
+    x = tfm.embed(params, tok_B[:, None], cfg)
+    x, cache = layers(x, cache, jnp.full((B, 1), pos, jnp.int32), pos)
+    tok_B = jnp.argmax(tfm.unembed(params, x, cfg)[:, 0], axis=-1).astype(jnp.int32)
+    return i + 1, tok_B, cache, out_BN.at[:, i].set(tok_B)
+
+  return jax.lax.while_loop(cond, step, (jnp.int32(1), tok_B, cache, out_BN))[3]
+
+
+def naive_loop(params, cfg, prompts_BT, new):
+  """Recomputes the full padded sequence for every token (one compiled shape)."""
+  B, T = prompts_BT.shape
+  fwd = jax.jit(lambda p, t: tfm.apply(p, t, cfg))
+  seq = np.zeros((B, T + NEW), np.int32)
+  seq[:, :T] = prompts_BT
+  for i in range(new):
+    logits = fwd(params, jnp.asarray(seq))
+    seq[:, T + i] = np.asarray(jnp.argmax(logits[:, T + i - 1], axis=-1))
+  return seq[:, T : T + new]
+
+
+# ------------------------------------------------------------------ measurements
+
+
+def timed(fn, repeats):
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    out = fn()
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times), out
+
+
+def bench_concurrency(cfg, params, c, repeats, naive_tokens):
+  rng = np.random.default_rng(c)
+  prompts = rng.integers(0, cfg.vocab_size, size=(c, PROMPT)).astype(np.int32)
+  eng = Engine(cfg, params, max_concurrent_decodes=c, page_size=16, max_seq_len=PROMPT + NEW)
+  reqs = [GenerationRequest([int(t) for t in p], NEW, SamplingParams(greedy=True)) for p in prompts]
+  gen = Generator(eng)
+  gen.generate(reqs)  # compile
+  steps0 = gen.stats()["decode_steps"]
+  t_engine, results = timed(lambda: gen.generate(reqs), repeats)
+  steps = (gen.stats()["decode_steps"] - steps0) / repeats
+  gen.close()
+
+  # The jitted decode step alone, back to back, all slots busy.
+  state = eng.init_decode_state()
+  table = np.arange(1, c * eng.pages_per_slot + 1).reshape(c, -1)
+  state = eng.set_page_table(state, table)
+
+  def steps_alone(n=32):
+    nonlocal state
+    for _ in range(n):
+      state, out = eng.generate(decode_state=state)
+    return out
+
+  steps_alone(4)
+  t_step = timed(steps_alone, repeats)[0] / 32
+
+  def prefills():
+    nonlocal state
+    for i, p in enumerate(prompts):
+      state = eng.insert(eng.prefill(padded_tokens=p, true_length=PROMPT), state, i, table[i])
+    return state.tokens_S
+
+  prefills()
+  t_prefill = timed(prefills, repeats)[0]
+
+  jp = jnp.asarray(prompts)
+  static_sampler(params, jp, cfg=cfg, new=NEW).block_until_ready()
+  t_static, static_out = timed(lambda: static_sampler(params, jp, cfg=cfg, new=NEW), repeats)
+  naive_loop(params, cfg, prompts, 1)
+  t_naive, naive_out = timed(lambda: naive_loop(params, cfg, prompts, naive_tokens), 1)
+
+  same_static = all(r.tokens == list(map(int, s)) for r, s in zip(results, np.asarray(static_out)))
+  same_naive = all(
+    r.tokens[:naive_tokens] == list(map(int, s)) for r, s in zip(results, naive_out)
+  )
+  tok = c * NEW
+  return dict(
+    concurrency=c,
+    engine_tok_s=tok / t_engine,
+    engine_decode_only_tok_s=tok / max(t_engine - t_prefill, 1e-9),
+    static_tok_s=tok / t_static,
+    naive_tok_s=c * naive_tokens / t_naive,
+    engine_vs_static=t_static / t_engine,
+    engine_vs_naive=(tok / t_engine) / (c * naive_tokens / t_naive),
+    step_ms=1e3 * t_step,
+    engine_step_ms=1e3 * (t_engine - t_prefill) / steps,
+    overhead=(t_engine - t_prefill) / steps / t_step,
+    prefill_ms=1e3 * t_prefill,
+    same_tokens_as_static=same_static,
+    same_tokens_as_naive=same_naive,
+  )
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--concurrency", default="1,8,32")
+  ap.add_argument("--naive_tokens", type=int, default=16)
+  ap.add_argument("--speculative", action="store_true")
+  args = ap.parse_args()
+  cfg, params = model()
+  print(f"model: {config.num_params(cfg) / 1e6:.1f}M params, devices {jax.devices()}")
+  rows = []
+  for c in map(int, args.concurrency.split(",")):
+    row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens)
+    rows.append(row)
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+  if args.speculative:
+    from benchmarks import speculative_bench
+
+    print(json.dumps(speculative_bench.run(args.repeats)))
+
+
+if __name__ == "__main__":
+  main()

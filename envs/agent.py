@@ -210,6 +210,13 @@ class Segment:
   logprobs: list[float] = dataclasses.field(default_factory=list)
   versions: list[int] = dataclasses.field(default_factory=list)
 
+  def trim(self) -> None:
+    """Drops trailing context after the last generated token (an observation nobody answers)."""
+    ends = [i for i, m in enumerate(self.loss_mask) if m]
+    n = ends[-1] + 1 if ends else len(self.tokens)
+    for f in ("tokens", "loss_mask", "logprobs", "versions"):
+      del getattr(self, f)[n:]
+
   def extend(self, tokens, mask=0, logprobs=None, versions=None):
     n = len(tokens)
     self.tokens += list(tokens)
@@ -224,6 +231,7 @@ class TurnRecord:
   tool: str | None
   error: str | None  # tool-call parse error, if any
   exit_code: int | None = None
+  command: str | None = None  # what ran: the shell command, or "write_file <path>"
   gen_tokens: int = 0
   gen_s: float = 0.0
   env_s: float = 0.0
@@ -304,6 +312,8 @@ class _Runner:
       reason, infra = "infra", f"{type(e).__name__}: {e}"
     finally:
       self.policy.release_session(self.session_id)
+    for seg in self.segments:
+      seg.trim()
     return Episode(
       self.episode_id,
       self.segments,
@@ -388,6 +398,7 @@ class _Runner:
     before = self._workspace_entries() if snap else 0
     remaining = self.cfg.episode_timeout_s - (time.monotonic() - self.start)
     timeout = max(1.0, min(self.cfg.exec_timeout_s, remaining))
+    rec.command = call.arguments.get("command") or f"write_file {call.arguments.get('path')}"
     if call.name == "write_file":
       self.sandbox.write_file(call.arguments["path"], call.arguments["content"])
       rec.exit_code, obs = (

@@ -69,8 +69,13 @@ class Telemetry:
     self.print_every = print_every
     self._last_step = initial_step
 
-  def log(self, step: int, metrics: dict, *, show: tuple[str, ...] = ()) -> None:
-    """Records scalar metrics of `step`; `show` names the ones for the progress line."""
+  def log(
+    self, step: int, metrics: dict, *, show: tuple[str, ...] = (), progress: bool = True
+  ) -> None:
+    """Records scalar metrics of `step`; `show` names the ones for the progress line.
+
+    `progress=False` records without moving the progress bar (e.g. warm-start steps).
+    """
     clean = {k: _clean(v) for k, v in metrics.items() if v is not None}
     self._metrics.write(json.dumps({"step": step, "time": time.time(), **clean}) + "\n")
     if self._tb is not None:
@@ -78,6 +83,8 @@ class Telemetry:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
           self._tb.add_scalar(k, v, step)
     shown = {k.split("/")[-1] if k.count("/") == 1 else k: clean[k] for k in show if k in clean}
+    if not progress:
+      return
     if self._bar is not None:
       self._bar.update(max(0, step - self._last_step))
       self._bar.set_postfix(

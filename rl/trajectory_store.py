@@ -36,6 +36,9 @@ SCHEMA = pa.schema(
     ("versions", pa.list_(pa.int32())),
     ("segment_lengths", pa.list_(pa.int32())),
     ("reward", pa.float32()),
+    ("passed", pa.bool_()),
+    ("grade_flags", pa.list_(pa.string())),
+    ("commands", pa.list_(pa.string())),  # the shell commands / file writes the agent ran
     ("sub_scores", pa.string()),  # JSON object
     ("failure_mode", pa.string()),
     ("finish_reason", pa.string()),

@@ -1,0 +1,434 @@
+"""An experiment end to end: build tokenizer, model, mesh, engine, tasks; SFT warm start; RL loop.
+
+`run(Experiment(...), workdir)` is what `python -m launch.train` and the notebook call. Every
+part is a frozen dataclass (launch/ converts the ml_collections config into these). A workdir
+that already holds checkpoints is resumed (the warm start is then skipped).
+
+Tasks: `env.tasks = "procedural:<family>"` draws fresh training tasks from a seeded family
+(group i gets seed hash(seed, i)); held-out evaluation uses `env.eval_tasks` tasks from seeds
+offset by `env.eval_seed`, never used in training. A folder of tasks is used through
+`envs.task_pool.TaskPool` (difficulty strata, quarantine), the held-out split by `env.eval_tasks`.
+
+Warm start (`sft.steps > 0`): demonstrations are the tasks' reference actions replayed by
+`envs.agent.ScriptedPolicy` through the real agent loop in real sandboxes and kept only if the
+verifier passes them; SFT reuses the jitted GRPO step with advantage 1 and no behaviour
+logprobs (on-policy, ratio 1), whose gradient is exactly the token-mean cross-entropy's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import json
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from envs import agent as agent_lib
+from models.config import ModelConfig
+from rl.buffer import StalenessBuffer
+from rl.checkpoint import Checkpointer
+from rl.config import LossConfig, OptimConfig, TrainConfig
+from rl.loop import LoopConfig, Trainer, _bucket_rows
+from rl.rollout import Group, RolloutConfig, RolloutManager, SandboxEpisodes, evaluate
+from rl.telemetry import Telemetry
+from rl.trajectory_store import TrajectoryStore
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+  tasks: str = "procedural:file_word"  # "procedural:<family>" or a folder of task folders
+  backend: str = "bwrap"  # bwrap | docker
+  image: str = "default"
+  eval_tasks: int = 32  # held-out tasks evaluated at the start, every eval_every, and the end
+  eval_seed: int = 1_000_003  # held-out seeds / split seed (never used for training tasks)
+  eval_greedy: bool = True
+  system_prompt: str = agent_lib.DEFAULT_SYSTEM_PROMPT
+  verifier_mode: str = "after"  # after | fresh
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  steps: int = 0  # 0: no warm start
+  batch_size: int = 16  # sequences per step
+  lr: float = 1e-3
+  warmup_steps: int = 0
+  demos: int = 64  # demonstration episodes (real sandboxes, verified)
+  seed: int = 7
+  log_every: int = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+  slots: int = 32  # concurrent decodes
+  max_seq_len: int = 512
+  page_size: int = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  model: ModelConfig = ModelConfig()
+  tokenizer: str = "byte"  # "byte" or a Hugging Face checkpoint folder
+  checkpoint: str = ""  # a Hugging Face checkpoint folder to start from ("": random init)
+  devices: int = 0  # devices for the training mesh (0: all)
+  train: TrainConfig = TrainConfig()
+  sft: SFTConfig = SFTConfig()
+  agent: agent_lib.AgentConfig = agent_lib.AgentConfig()
+  rollout: RolloutConfig = RolloutConfig()
+  loop: LoopConfig = LoopConfig()
+  env: EnvConfig = EnvConfig()
+  engine: EngineConfig = EngineConfig()
+
+  def validate(self) -> None:
+    a = self.agent
+    if a.greedy or a.temperature != 1.0 or a.top_k or a.top_p != 1.0:
+      raise ValueError(
+        "agent: training rollouts must sample at temperature 1 without top-k/top-p (the "
+        "trainer's log-probs are of the unmodified policy); use env.eval_greedy for eval"
+      )
+    if self.engine.max_seq_len > self.loop.row_len:
+      raise ValueError(
+        f"engine.max_seq_len {self.engine.max_seq_len} > loop.row_len {self.loop.row_len}"
+      )
+    if a.max_context_tokens > self.engine.max_seq_len:
+      raise ValueError(
+        f"agent.max_context_tokens {a.max_context_tokens} > engine.max_seq_len {self.engine.max_seq_len}"
+      )
+
+
+# ---------------------------------------------------------------- task sources
+
+
+def _seed(*parts) -> int:
+  return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
+
+
+class _Audited:
+  """Runtime reward audits (envs.quality.RewardAuditor) over consumed batches, in group order."""
+
+  def __init__(self, workdir: pathlib.Path, seed: int, on_event):
+    from envs.quality import AuditConfig, Quarantine, RewardAuditor
+
+    self.quarantine = Quarantine(workdir / "quarantine.json")
+    self.auditor = RewardAuditor(
+      AuditConfig(regrade_prob=0.0, evidence_dir=str(workdir / "audit"), seed=seed), self.quarantine
+    )
+    self.on_event = on_event or (lambda kind, **kw: None)
+
+  def audit(self, groups: list[Group]) -> None:
+    from envs.verifier import GradeResult
+
+    n0 = len(self.auditor.events)
+    for g in sorted(groups, key=lambda g: g.group_id):
+      for r in g.rows:
+        res = GradeResult(
+          r["task_id"],
+          bool(r["passed"]),
+          float(r["reward"]),
+          r["failure_mode"] or "none",
+          flags=tuple(r["grade_flags"] or ()),
+        )
+        self.auditor.observe(r["task_id"], res, r["commands"] or ())
+    for ev in self.auditor.events[n0:]:
+      self.on_event("quarantine" if ev["quarantined"] else "audit_flag", **ev)
+
+
+class ProceduralTasks(_Audited):
+  """Fresh tasks of one seeded family: group i gets seed hash(seed, i); eval instructions excluded."""
+
+  def __init__(self, family: str, seed: int, workdir, exclude=(), on_event=None):
+    from envs import procedural
+
+    super().__init__(pathlib.Path(workdir), seed, on_event)
+    procedural.generate(family, 0)  # fails early, naming the known families
+    self.family, self.seed, self.exclude = family, seed, set(exclude)
+    self._gen = functools.partial(procedural.generate, family)
+
+  def task_for(self, group_id: int, salt: int = 0):
+    """The task of group `group_id` (salt 0: training groups, 1: demonstrations)."""
+    for attempt in range(100):
+      task = self._gen(_seed(self.seed, salt, group_id, attempt))
+      if task.instruction not in self.exclude:
+        return task
+    raise RuntimeError(f"procedural family {self.family}: no task outside the eval set")
+
+  def get(self, task_id: str):
+    fam, seed = task_id.rsplit("/", 1)[-1].rsplit("-", 1)
+    return self._gen(int(seed))
+
+  def demo_tasks(self, n: int) -> list:
+    return [self.task_for(i, salt=1) for i in range(n)]
+
+  def observe_batch(self, groups: list[Group]) -> None:
+    self.audit(groups)
+
+  def state_dict(self) -> dict:
+    return {"auditor": self.auditor.state_dict()}
+
+  def load_state_dict(self, d: dict) -> None:
+    self.auditor.load_state_dict(d["auditor"])
+
+
+class PoolTasks(_Audited):
+  """A folder of tasks through envs.task_pool.TaskPool (bands, strata, quarantine)."""
+
+  def __init__(self, tasks, seed: int, workdir, eval_tasks=(), on_event=None):
+    from envs.task_pool import PoolConfig, TaskPool
+
+    super().__init__(pathlib.Path(workdir), seed, on_event)
+    cfg = PoolConfig(seed=seed, quarantine_path=str(self.quarantine.path))
+    self.pool = TaskPool(tasks, cfg, eval_tasks=eval_tasks)
+
+  def task_for(self, group_id: int):
+    return self.pool.sample()
+
+  def get(self, task_id: str):
+    return self.pool.tasks[task_id]
+
+  def demo_tasks(self, n: int) -> list:
+    ids = sorted(self.pool.active_ids())
+    return [self.pool.tasks[ids[i % len(ids)]] for i in range(min(n, len(ids)))]
+
+  def observe_batch(self, groups: list[Group]) -> None:
+    for g in sorted(groups, key=lambda g: g.group_id):
+      for r in g.rows:
+        self.pool.update(r["task_id"], float(r["passed"]))
+    self.audit(groups)
+
+  def state_dict(self) -> dict:
+    return {"pool": self.pool.state_dict(), "auditor": self.auditor.state_dict()}
+
+  def load_state_dict(self, d: dict) -> None:
+    self.pool.load_state_dict(d["pool"])
+    self.auditor.load_state_dict(d["auditor"])
+
+
+def make_task_source(env: EnvConfig, seed: int, workdir, on_event=None):
+  """(training task source, held-out eval tasks) for `env.tasks`."""
+  if env.tasks.startswith("procedural:"):
+    from envs import procedural
+
+    family = env.tasks.split(":", 1)[1]
+    evals = [procedural.generate(family, env.eval_seed + i) for i in range(env.eval_tasks)]
+    src = ProceduralTasks(family, seed, workdir, {t.instruction for t in evals}, on_event)
+    return src, evals
+  from envs.task import load_tasks
+
+  tasks = sorted(load_tasks(env.tasks), key=lambda t: _seed(env.eval_seed, *t.id.encode()))
+  if env.eval_tasks >= len(tasks):
+    raise ValueError(
+      f"env.eval_tasks={env.eval_tasks} leaves no training task of {len(tasks)} in {env.tasks}"
+    )
+  evals, train = tasks[: env.eval_tasks], tasks[env.eval_tasks :]
+  return PoolTasks(train, seed, workdir, evals, on_event), evals
+
+
+def load_tokenizer(spec: str):
+  if spec == "byte":
+    from models.tokenizer import ByteTokenizer
+
+    return ByteTokenizer()
+  from models import hf
+
+  return hf.load_tokenizer(spec)
+
+
+def _mesh(exp: Experiment):
+  from parallel.mesh import make_mesh
+
+  devices = jax.devices()[: exp.devices] if exp.devices else None
+  return make_mesh(exp.train.mesh, devices)
+
+
+def _row_multiple(mesh, micro_batches: int) -> int:
+  return int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert")])) * micro_batches
+
+
+def demonstrations(tasks, episodes: SandboxEpisodes, tok, workers: int) -> list[dict]:
+  """Reference actions replayed through the agent loop in real sandboxes; passing ones kept."""
+
+  def one(task):
+    acts = dict(task.metadata).get("demo_actions")
+    if not acts:
+      acts = [agent_lib.format_tool_call("shell", command=task.solution_script.strip())]
+      acts.append(agent_lib.format_tool_call("finish"))
+    policy = agent_lib.ScriptedPolicy(tok, list(acts))
+    return episodes(task, f"demo-{task.id}", 0, policy=policy)
+
+  with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+    outs = list(ex.map(one, tasks))
+  return [
+    {"tokens": s.tokens, "loss_mask": s.loss_mask}
+    for o in outs
+    if not o.infra_error and o.reward >= 1.0 - 1e-6
+    for s in o.episode.segments
+  ]
+
+
+def warm_start(
+  exp: Experiment, model_cfg, mesh, params, demos: list[dict], tel: Telemetry, pad_id: int
+):
+  """Supervised steps on demonstrations (see module docstring); returns the new params."""
+  from rl import packing
+  from rl.train_state import create_train_state
+  from rl.train_step import make_compute_logprobs, make_train_step
+
+  s = exp.sft
+  if not demos:
+    raise RuntimeError("warm start: no demonstration passed the verifier (check the task family)")
+  cfg = TrainConfig(
+    loss=LossConfig(kl="none", policy_loss="ppo", aggregation="token-mean", compute_entropy=False),
+    optim=OptimConfig(
+      lr=s.lr,
+      warmup_steps=s.warmup_steps,
+      decay_steps=max(s.steps, 1),
+      end_lr_ratio=1.0,
+      max_grad_norm=1.0,
+    ),
+    mesh=exp.train.mesh,
+    rules=exp.train.rules,
+  )
+  state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(s.seed), params=params)
+  rng = np.random.default_rng(s.seed)
+  mult = _row_multiple(mesh, 1)
+  step_fn = logp_fn = None
+  for i in range(s.steps):
+    idx = rng.choice(len(demos), s.batch_size, replace=len(demos) < s.batch_size)
+    seqs = [{**demos[j], "advantage": 1.0} for j in idx]
+    batch, _ = packing.pack(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)
+    rows = batch["tokens_BT"].shape[0]
+    target = _bucket_rows(rows, mult)
+    batch = {
+      k: np.concatenate([v, np.zeros((target - rows, *v.shape[1:]), v.dtype)])
+      for k, v in batch.items()
+    }
+    if step_fn is None:
+      step_fn = make_train_step(model_cfg, cfg, mesh, shardings, batch)
+      logp_fn = make_compute_logprobs(model_cfg, cfg, mesh, shardings.params, batch)
+    if i % s.log_every == 0 or i == s.steps - 1:
+      logp = np.asarray(logp_fn(state.params, batch))
+      mask = batch["loss_mask_BT"] * (batch["positions_BT"] > 0)
+      nll = float(-(logp * mask).sum() / max(mask.sum(), 1))
+      tel.log(i, {"sft/nll": nll}, progress=False)
+      tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
+    state, _ = step_fn(state, batch)
+  return jax.device_get(state.params)
+
+
+def _initial_params(exp: Experiment, tok):
+  if exp.checkpoint:
+    from models import hf
+
+    return hf.load(exp.checkpoint)
+  from models import transformer
+
+  if exp.model.vocab_size < tok.vocab_size:
+    raise ValueError(f"model.vocab_size {exp.model.vocab_size} < tokenizer's {tok.vocab_size}")
+  return exp.model, jax.device_get(transformer.init(exp.model, jax.random.key(exp.loop.seed)))
+
+
+def run(exp: Experiment, workdir: str) -> dict:
+  """Runs (or resumes) the experiment in `workdir`; returns a summary (also summary.json)."""
+  from models.engine import Engine
+  from models.generator import Generator
+  from rl.train_state import create_train_state
+
+  exp.validate()
+  wd = pathlib.Path(workdir)
+  wd.mkdir(parents=True, exist_ok=True)
+  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), indent=1, default=str))
+  tok = load_tokenizer(exp.tokenizer)
+  model_cfg, params = _initial_params(exp, tok)
+  mesh = _mesh(exp)
+  ckpt = Checkpointer(
+    wd / "checkpoints", every_steps=exp.loop.checkpoint_every, keep=exp.loop.keep_checkpoints
+  )
+  ckpt.install_signal_handlers()
+  resuming = ckpt.latest_step() is not None
+  tel = Telemetry(wd, total_steps=exp.loop.steps, initial_step=ckpt.latest_step() or 0)
+  fmt = agent_lib.ChatFormat(tok, exp.env.system_prompt)
+  tasks, eval_tasks = make_task_source(exp.env, exp.loop.seed, wd, tel.event)
+  engine = Engine(
+    model_cfg,
+    params,
+    max_concurrent_decodes=exp.engine.slots,
+    max_seq_len=exp.engine.max_seq_len,
+    page_size=exp.engine.page_size,
+  )
+  gen = Generator(engine, tokenizer=tok)
+  mk_eps = functools.partial(
+    SandboxEpisodes,
+    gen,
+    fmt,
+    backend=exp.env.backend,
+    image=exp.env.image,
+    verifier_mode=exp.env.verifier_mode,
+  )
+  episodes = mk_eps(exp.agent)
+  try:
+    if exp.sft.steps and not resuming:
+      t0 = time.monotonic()
+      demo_tasks = tasks.demo_tasks(exp.sft.demos)
+      demos = demonstrations(demo_tasks, episodes, tok, exp.rollout.max_concurrency)
+      tel.event("demonstrations", n=len(demos), of=len(demo_tasks), time_s=time.monotonic() - t0)
+      params = warm_start(exp, model_cfg, mesh, params, demos, tel, tok.pad_id)
+    state, shardings = create_train_state(
+      model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params
+    )
+    eval_agent = dataclasses.replace(exp.agent, greedy=exp.env.eval_greedy)
+    eval_fn = functools.partial(
+      evaluate, mk_eps(eval_agent), eval_tasks, workers=exp.rollout.max_concurrency
+    )
+    buffer = StalenessBuffer(exp.loop.batch_groups, exp.loop.staleness)
+    store = TrajectoryStore(wd)
+    rollouts = RolloutManager(
+      dataclasses.replace(exp.rollout, seed=exp.loop.seed),
+      run_episode=episodes,
+      tasks=tasks,
+      buffer=buffer,
+      store=store,
+      on_event=tel.event,
+    )
+    trainer = Trainer(
+      cfg=exp.loop,
+      train_cfg=exp.train,
+      model_cfg=model_cfg,
+      mesh=mesh,
+      state=state,
+      state_shardings=shardings,
+      generator=gen,
+      rollouts=rollouts,
+      buffer=buffer,
+      store=store,
+      checkpointer=ckpt,
+      telemetry=tel,
+      evaluate=eval_fn if exp.env.eval_tasks else None,
+      on_batch=tasks.observe_batch,
+      pad_id=tok.pad_id,
+    )
+    history = trainer.run()
+  finally:
+    gen.close()
+    ckpt.close()
+  plots = tel.close()
+  summary = _summary(history, trainer.step, ckpt.preempted, plots)
+  (wd / "summary.json").write_text(json.dumps(summary, indent=1))
+  return summary
+
+
+def _summary(history: list[dict], step: int, preempted: bool, plots) -> dict:
+  evals = [h for h in history if "eval/pass_rate/overall" in h]
+  return {
+    "step": step,
+    "preempted": preempted,
+    "eval_first": evals[0]["eval/pass_rate/overall"] if evals else None,
+    "eval_last": evals[-1]["eval/pass_rate/overall"] if evals else None,
+    "evals": [(h["step"], h["eval/pass_rate/overall"]) for h in evals],
+    "train_pass_rate": [
+      (h["step"], h["pass_rate/overall"]) for h in history if "pass_rate/overall" in h
+    ],
+    "plots": [str(p) for p in plots],
+  }

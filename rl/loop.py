@@ -1,0 +1,362 @@
+"""The RL host loop: rollouts in sandboxes -> buffer -> jitted GRPO step -> weight sync, resumable.
+
+Legend: B groups per update, G samples per group, T tokens per packed row.
+
+One code path serves both modes. The rollout producer admits groups under AReaL's rule
+(`rl.buffer`); `sync` is staleness 0 (the next batch's episodes start only after the update,
+so every token comes from the current policy), `async` lets rollouts run up to `max_staleness`
+versions ahead while the trainer updates (decoupled PPO corrects the off-policy tokens: set
+`train.loss.decoupled=True`). Each update:
+
+  groups = buffer.get_batch()          # waits: that wait is the trainer's idle time
+  task source / quality gate see the batch's results
+  batch = pack(advantages(groups))     # host side, rl.packing; rows bucketed to powers of 2
+  state, metrics = train_step(state, batch)
+  generator.load_params(state.params, version=step)   # weight sync, no recompile
+  store.write_batch(step, ids); telemetry; eval; checkpoint (every K steps, on SIGTERM, at end)
+
+Resume (`run` with a workdir holding checkpoints): params, optimizer, step, RNG, task-source
+state, the buffer's groups and the in-flight accounting are restored; in-flight groups are
+re-issued with their ids and tasks; groups finished after the checkpoint are re-used from the
+Parquet store; batch records of later steps are discarded and redone. Nothing finished is lost
+and no trajectory is trained twice (tests/test_launch_resume.py proves it with `kill -9`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import time
+
+import jax
+import numpy as np
+
+from rl import packing
+from rl.buffer import BufferClosed, StalenessBuffer
+from rl.checkpoint import Checkpointer
+from rl.rollout import Group, RolloutManager, group_advantages, row_segments
+from rl.telemetry import Telemetry
+from rl.train_step import make_train_step
+from rl.trajectory_store import TrajectoryStore
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  mode: str = "sync"  # sync | async
+  steps: int = 50
+  batch_groups: int = 8  # B: groups (tasks) per update
+  max_staleness: int = 1  # eta, async only (sync is 0)
+  row_len: int = 512  # T of packed training rows (>= the engine's max_seq_len)
+  max_segments: int = 4  # sequences packed per row
+  eval_every: int = 10  # 0: no periodic eval (an eval still runs at the start and end)
+  checkpoint_every: int = 10
+  keep_checkpoints: int = 3
+  seed: int = 0
+  batch_timeout_s: float = 1800.0  # the trainer fails if no batch arrives in this long
+
+  def __post_init__(self):
+    if self.mode not in ("sync", "async"):
+      raise ValueError(f"LoopConfig.mode must be 'sync' or 'async', got {self.mode!r}")
+    if self.steps < 0 or self.batch_groups < 1:
+      raise ValueError(
+        f"LoopConfig.steps >= 0 and batch_groups >= 1, got {self.steps}, {self.batch_groups}"
+      )
+
+  @property
+  def staleness(self) -> int:
+    return 0 if self.mode == "sync" else self.max_staleness
+
+
+def _bucket_rows(n: int, multiple: int) -> int:
+  """Rows padded to multiple * 2^k so the step compiles for few shapes."""
+  k = max(1, -(-n // multiple))
+  return multiple * (1 << math.ceil(math.log2(k)))
+
+
+def build_batch(
+  groups: list[Group], loss_cfg, row_len: int, max_segments: int, row_multiple: int, pad_id: int
+) -> tuple[dict, int]:
+  """Groups -> a packed train batch (rl.train_step format) with host-side advantages.
+
+  Each segment of an episode is one sequence; all segments of an episode share its advantage.
+  Returns (batch, number of sequences).
+  """
+  if loss_cfg.overlong == "penalty":
+    raise ValueError("train.loss.overlong='penalty' is not supported by the host loop; use 'mask'")
+  advs = group_advantages(groups, loss_cfg.advantage, loss_cfg.adv_eps)
+  seqs = []
+  for g, adv_G in zip(groups, advs, strict=True):
+    for row, adv in zip(g.rows, adv_G, strict=True):
+      truncated = row["finish_reason"] in ("token_budget", "context")
+      for seg in row_segments(row):
+        if len(seg["tokens"]) > row_len:
+          raise ValueError(
+            f"{row['trajectory_id']}: {len(seg['tokens'])} tokens > loop.row_len {row_len}"
+          )
+        seqs.append({**seg, "advantage": adv, "truncated": truncated})
+  batch, _ = packing.pack(seqs, row_len, max_segments, row_multiple, pad_id)
+  rows = batch["tokens_BT"].shape[0]
+  target = _bucket_rows(rows, row_multiple)
+  if target > rows:
+    batch = {
+      k: np.concatenate([v, np.zeros((target - rows, *v.shape[1:]), v.dtype)])
+      for k, v in batch.items()
+    }
+  return batch, len(seqs)
+
+
+def _passed(reward: float) -> bool:
+  return reward >= 1.0 - 1e-6
+
+
+def rollout_metrics(groups: list[Group]) -> dict:
+  """Pass rates (overall, per domain, per difficulty) and reward statistics of a batch."""
+  rows = [r for g in groups for r in g.rows]
+  out = {}
+  rewards = np.array([r["reward"] for r in rows], np.float64)
+  out["pass_rate/overall"] = float(np.mean([_passed(x) for x in rewards]))
+  for key, name in (("domain", "domain"), ("difficulty", "difficulty")):
+    by = collections.defaultdict(list)
+    for r in rows:
+      by[r[key]].append(_passed(r["reward"]))
+    for k, v in by.items():
+      out[f"pass_rate/{name}/{k}"] = float(np.mean(v))
+  out.update(
+    {
+      "reward/mean": float(rewards.mean()),
+      "reward/std": float(rewards.std()),
+      "reward/min": float(rewards.min()),
+      "reward/max": float(rewards.max()),
+    }
+  )
+  gen = [r["generated_tokens"] for r in rows]
+  out["episode/generated_tokens"] = float(np.mean(gen))
+  out["episode/turns"] = float(np.mean([r["num_turns"] for r in rows]))
+  out["episode/finished_frac"] = float(np.mean([r["finish_reason"] == "finish" for r in rows]))
+  out["sandbox/env_s"] = float(np.mean([r["env_s"] for r in rows]))
+  out["sandbox/verify_s"] = float(np.mean([r["verify_s"] for r in rows]))
+  return out
+
+
+class Trainer:
+  """Drives updates from the buffer; see the module docstring for the order of work."""
+
+  def __init__(
+    self,
+    *,
+    cfg: LoopConfig,
+    train_cfg,
+    model_cfg,
+    mesh,
+    state,
+    state_shardings,
+    generator,
+    rollouts: RolloutManager,
+    buffer: StalenessBuffer,
+    store: TrajectoryStore,
+    checkpointer: Checkpointer,
+    telemetry: Telemetry,
+    evaluate=None,
+    on_batch=None,
+    pad_id: int = 0,
+  ):
+    self.cfg, self.train_cfg, self.model_cfg, self.mesh = cfg, train_cfg, model_cfg, mesh
+    self.state, self.state_shardings = state, state_shardings
+    self.generator, self.rollouts, self.buffer = generator, rollouts, buffer
+    self.store, self.ckpt, self.tel = store, checkpointer, telemetry
+    self.evaluate, self.on_batch, self.pad_id = evaluate, on_batch, pad_id
+    self.step = 0
+    self._step_fn = None
+    n_batch = int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert")]))
+    self.row_multiple = n_batch * train_cfg.micro_batches
+    self.history: list[dict] = []
+
+  # -- resume -------------------------------------------------------------
+  def restore(self) -> dict | None:
+    """Restores the latest checkpoint, if any; returns the groups to re-issue."""
+    out = self.ckpt.restore(self.state)
+    if out is None:
+      return None
+    self.state, host = out
+    self.step = int(host["step"])
+    ro = host["rollout"]
+    self.rollouts.next_group_id = int(ro["next_group_id"])
+    self.rollouts.tasks.load_state_dict(ro["tasks"])
+    self.rollouts.drops = {int(k): v for k, v in ro.get("drops", {}).items()}
+    self.buffer.restore(self.step, [Group.from_json(g) for g in ro["buffer"]])
+    self.store.discard_batches_after(self.step)
+    self.tel.event(
+      "resume",
+      step=self.step,
+      inflight=len(ro["inflight"]),
+      buffered=len(ro["buffer"]),
+      next_group_id=ro["next_group_id"],
+    )
+    return {int(k): v for k, v in ro["inflight"].items()}
+
+  def host_state(self) -> dict:
+    snap = self.rollouts.snapshot()
+    snap["drops"] = {str(k): v for k, v in self.rollouts.drops.items()}
+    return {"step": self.step, "rollout": snap, "time": time.time()}
+
+  # -- one update ---------------------------------------------------------
+  def _wait_batch(self) -> list[Group]:
+    deadline = time.monotonic() + self.cfg.batch_timeout_s
+    while True:
+      self.rollouts.check()
+      try:
+        groups = self.buffer.get_batch(timeout=0.5)
+      except BufferClosed:
+        self.rollouts.check()
+        raise
+      if groups is not None:
+        return groups
+      if self.ckpt.preempted:
+        return []
+      if time.monotonic() > deadline:
+        raise TimeoutError(f"no batch in {self.cfg.batch_timeout_s}s: {self.buffer.stats()}")
+
+  def _train(self, batch: dict) -> dict:
+    if self._step_fn is None:
+      self._step_fn = make_train_step(
+        self.model_cfg, self.train_cfg, self.mesh, self.state_shardings, batch
+      )
+    self.state, metrics = self._step_fn(self.state, batch)
+    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+  def update(self, last_end: float) -> dict:
+    t0 = time.monotonic()
+    groups = self._wait_batch()
+    if not groups:
+      return {}
+    t1 = time.monotonic()
+    if self.on_batch is not None:
+      self.on_batch(groups)  # task-source statistics, quality gate (before new tasks are drawn)
+    batch, n_seqs = build_batch(
+      groups,
+      self.train_cfg.loss,
+      self.cfg.row_len,
+      self.cfg.max_segments,
+      self.row_multiple,
+      self.pad_id,
+    )
+    metrics = self._train(batch)
+    t2 = time.monotonic()
+    self.step += 1
+    self.generator.load_params(self.state.params, self.step)
+    self.buffer.set_version(self.step)
+    t3 = time.monotonic()
+    self.store.write_batch(
+      self.step,
+      [
+        dict(
+          trajectory_id=r["trajectory_id"],
+          group_id=g.group_id,
+          staleness=self.step - 1 - g.min_version,
+          replayed=False,
+        )
+        for g in groups
+        for r in g.rows
+      ],
+    )
+    self.rollouts.controller.update(len(self.buffer))
+    return self._metrics(groups, metrics, n_seqs, batch, last_end, (t0, t1, t2, t3))
+
+  def _metrics(self, groups, train, n_seqs, batch, last_end, times) -> dict:
+    t0, t1, t2, t3 = times
+    now = time.monotonic()
+    out = {f"train/{k}": v for k, v in train.items()}
+    out.update(rollout_metrics(groups))
+    stal = [self.step - 1 - g.min_version for g in groups]
+    out.update({"staleness/mean": float(np.mean(stal)), "staleness/max": float(max(stal))})
+    wall = max(now - last_end, 1e-9)
+    gen_tok = sum(r["generated_tokens"] for g in groups for r in g.rows)
+    out.update(
+      {
+        "time/step_s": wall,
+        "time/wait_s": t1 - t0,
+        "time/train_s": t2 - t1,
+        "time/sync_s": t3 - t2,
+        "time/idle_frac": (t1 - t0) / wall,
+        "throughput/rollout_tokens_per_s": gen_tok / wall,
+        "throughput/train_tokens_per_s": float(batch["loss_mask_BT"].size) / max(t2 - t1, 1e-9),
+        "throughput/trajectories_per_s": sum(len(g.rows) for g in groups) / wall,
+        "batch/sequences": n_seqs,
+        "batch/rows": batch["tokens_BT"].shape[0],
+      }
+    )
+    st = self.buffer.stats()
+    out.update(
+      {
+        "buffer/size": st["size"],
+        "buffer/running": st["running"],
+        "buffer/zero_variance_dropped": st.get("zero_variance", 0),
+        "buffer/stale_dropped": st.get("stale_dropped", 0),
+        "buffer/infra_masked": st.get("infra", 0),
+        "rollout/concurrency": self.rollouts.controller.limit,
+      }
+    )
+    eps = []
+    while self.rollouts.episode_stats:
+      eps.append(self.rollouts.episode_stats.popleft())
+    if eps:
+      out["sandbox/infra_errors"] = float(sum(e["infra"] for e in eps))
+    self.tel.histogram(self.step, "staleness", stal)
+    self.tel.histogram(self.step, "reward", [r["reward"] for g in groups for r in g.rows])
+    return out
+
+  # -- the loop -----------------------------------------------------------
+  def run(self) -> list[dict]:
+    reissue = self.restore() or {}
+    self.generator.load_params(self.state.params, self.step)
+    self.buffer.set_version(self.step)
+    if self.step == 0:
+      self.ckpt.save(0, self.state, self.host_state(), force=True)
+    self.rollouts.start(reissue)
+    if self.evaluate is not None and self.step == 0:
+      self._eval()
+    last_end = time.monotonic()
+    try:
+      while self.step < self.cfg.steps and not self.ckpt.preempted:
+        metrics = self.update(last_end)
+        if not metrics:
+          break
+        last_end = time.monotonic()
+        self.tel.log(
+          self.step,
+          metrics,
+          show=("pass_rate/overall", "reward/mean", "time/idle_frac", "staleness/max"),
+        )
+        self.history.append({"step": self.step, **metrics})
+        if (
+          self.evaluate is not None and self.cfg.eval_every and self.step % self.cfg.eval_every == 0
+        ):
+          self._eval()
+        self.ckpt.save(
+          self.step,
+          self.state,
+          self.host_state(),
+          force=self.step == self.cfg.steps or self.ckpt.preempted,
+        )
+    finally:
+      self.rollouts.stop()
+      self.ckpt.wait()
+    if (
+      self.evaluate is not None
+      and self.step == self.cfg.steps
+      and (not self.cfg.eval_every or self.step % self.cfg.eval_every)
+    ):
+      self._eval()
+    return self.history
+
+  def _eval(self) -> dict:
+    t0 = time.monotonic()
+    res = self.evaluate()
+    res["eval/time_s"] = time.monotonic() - t0
+    self.tel.log(self.step, res)
+    self.tel.write(
+      f"[eval] step {self.step}: pass rate {res.get('eval/pass_rate/overall', float('nan')):.3f}"
+    )
+    self.history.append({"step": self.step, **res})
+    return res

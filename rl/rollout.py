@@ -1,0 +1,445 @@
+"""Rollout groups: G episodes of one task in real sandboxes, graded, stored, filtered, buffered.
+
+Legend: G samples per task (group size), B groups per update.
+
+`RolloutManager` runs a producer thread: while the buffer's admission rule allows
+(`rl.buffer`), it takes the next work item (re-issued groups after a resume and retries first,
+then fresh tasks from the task source), and runs the group's G episodes on a thread pool whose
+concurrency the scheduler adapts. A finished group is written to the Parquet store (the
+write-ahead log), then either put into the buffer or dropped:
+  * infrastructure failure of an episode (sandbox died, engine error): the episode is retried
+    up to `max_infra_retries` times in a fresh sandbox; if it still fails the whole group is
+    masked out (never reward 0) and a replacement group starts;
+  * dynamic sampling: a group whose rewards are all equal has zero advantage; it is dropped and
+    replaced, up to `max_drop_factor * B` drops per policy version (then accepted as is, so a
+    policy that always fails cannot stall training).
+Group ids are issued in order; trajectory ids are `g<group_id>-s<sample>`, so a resumed run
+re-issues exactly the groups that were in flight, with the same ids. A group already in the
+store (finished after the last checkpoint, before a crash) is re-used, not re-run.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import json
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from envs import agent as agent_lib
+from envs.sandbox.base import SandboxError
+from rl.buffer import BufferClosed, StalenessBuffer
+from rl.scheduler import ConcurrencyController, WorkQueue
+from rl.trajectory_store import TrajectoryStore
+
+
+def _spawn(fn, *args, name: str) -> concurrent.futures.Future:
+  """Runs fn(*args) on a daemon thread (a stopping run never waits for slow episodes)."""
+  fut: concurrent.futures.Future = concurrent.futures.Future()
+
+  def run():
+    try:
+      fut.set_result(fn(*args))
+    except BaseException as e:
+      fut.set_exception(e)
+
+  threading.Thread(target=run, name=name, daemon=True).start()
+  return fut
+
+
+def trajectory_id(group_id: int, sample: int) -> str:
+  return f"g{group_id:07d}-s{sample:02d}"
+
+
+def episode_seed(run_seed: int, group_id: int, sample: int, attempt: int) -> int:
+  return int(np.random.SeedSequence([run_seed, group_id, sample, attempt]).generate_state(1)[0])
+
+
+@dataclasses.dataclass
+class Group:
+  """The G episodes of one task, as store rows (SCHEMA of rl.trajectory_store)."""
+
+  group_id: int
+  task_id: str
+  rows: list[dict]
+  status: str = "accepted"  # accepted | zero_variance | infra
+
+  @property
+  def min_version(self) -> int:
+    vs = [r["min_version"] for r in self.rows if r.get("min_version", -1) >= 0]
+    return min(vs) if vs else 0
+
+  @property
+  def rewards(self) -> list[float]:
+    return [float(r["reward"]) for r in self.rows]
+
+  def to_json(self) -> dict:
+    return {
+      "group_id": self.group_id,
+      "task_id": self.task_id,
+      "rows": self.rows,
+      "status": self.status,
+    }
+
+  @classmethod
+  def from_json(cls, d: dict) -> Group:
+    return cls(d["group_id"], d["task_id"], d["rows"], d.get("status", "accepted"))
+
+
+@dataclasses.dataclass
+class Outcome:
+  """One graded episode."""
+
+  episode: agent_lib.Episode
+  reward: float = 0.0
+  sub_scores: dict = dataclasses.field(default_factory=dict)
+  failure_mode: str | None = None
+  verify_s: float = 0.0
+  infra_error: str | None = None
+  passed: bool = False
+  flags: list = dataclasses.field(default_factory=list)  # the verifier's (tamper, ...)
+
+
+def episode_row(task, group_id: int, sample: int, out: Outcome) -> dict:
+  """A store row (rl.trajectory_store.SCHEMA) for one graded episode."""
+  ep = out.episode
+  cat = lambda f: [x for s in ep.segments for x in getattr(s, f)]
+  versions = [v for s in ep.segments for v, m in zip(s.versions, s.loss_mask, strict=True) if m]
+  return dict(
+    trajectory_id=trajectory_id(group_id, sample),
+    group_id=group_id,
+    sample=sample,
+    task_id=task.id,
+    domain=task.domain,
+    difficulty=int(task.difficulty),
+    instruction=task.instruction,
+    text=ep.text,
+    tokens=cat("tokens"),
+    loss_mask=cat("loss_mask"),
+    logprobs=cat("logprobs"),
+    versions=cat("versions"),
+    segment_lengths=[len(s.tokens) for s in ep.segments],
+    reward=float(out.reward),
+    sub_scores=json.dumps(out.sub_scores),
+    failure_mode=out.failure_mode,
+    finish_reason=ep.finish_reason,
+    infra_error=out.infra_error or ep.infra_error,
+    num_turns=len(ep.turns),
+    generated_tokens=ep.generated_tokens,
+    min_version=min(versions) if versions else -1,
+    max_version=max(versions) if versions else -1,
+    gen_s=sum(t.gen_s for t in ep.turns),
+    env_s=sum(t.env_s for t in ep.turns),
+    verify_s=out.verify_s,
+    total_s=ep.duration_s + out.verify_s,
+    finished_at=time.time(),
+    passed=bool(out.passed),
+    grade_flags=list(out.flags),
+    commands=[t.command for t in ep.turns if t.command is not None],
+  )
+
+
+def row_segments(row: dict) -> list[dict]:
+  """Splits a store row back into its segments (each one training sequence)."""
+  out, start = [], 0
+  for n in row["segment_lengths"]:
+    sl = slice(start, start + n)
+    out.append(
+      {
+        "tokens": row["tokens"][sl],
+        "loss_mask": row["loss_mask"][sl],
+        "behaviour_logprobs": row["logprobs"][sl],
+      }
+    )
+    start += n
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  group_size: int = 4
+  max_infra_retries: int = 2
+  dynamic_sampling: bool = True
+  max_drop_factor: float = 4.0
+  max_concurrency: int = 8
+  min_concurrency: int = 1
+  buffer_low: int = 1  # groups; below it concurrency grows
+  buffer_high: int = 0  # above it concurrency shrinks; 0 = 2 * batch size
+  seed: int = 0
+
+
+class RolloutManager:
+  """Produces groups into a StalenessBuffer (see module docstring)."""
+
+  def __init__(
+    self,
+    cfg: RolloutConfig,
+    *,
+    run_episode,
+    tasks,
+    buffer: StalenessBuffer,
+    store: TrajectoryStore,
+    on_event=None,
+    next_group_id: int = 0,
+  ):
+    self.cfg, self.run_episode, self.tasks = cfg, run_episode, tasks
+    self.buffer, self.store = buffer, store
+    self.on_event = on_event or (lambda kind, **kw: None)
+    high = cfg.buffer_high or 2 * buffer.batch_size
+    self.controller = ConcurrencyController(
+      min_concurrency=cfg.min_concurrency,
+      max_concurrency=cfg.max_concurrency,
+      low=cfg.buffer_low,
+      high=high,
+    )
+    self.queue = WorkQueue()  # (group_id, task) re-issued after a resume: before fresh work
+    self.lock = threading.RLock()  # guards next_group_id, inflight and the task source
+    self.next_group_id = next_group_id
+    self.inflight: dict[int, str] = {}  # group id -> task id
+    self.drops: dict[int, int] = {}  # policy version -> groups dropped for zero variance
+    self.episode_stats: collections.deque = collections.deque()  # drained by the trainer
+    self._stop = threading.Event()
+    self._errors: list[BaseException] = []
+    self._thread = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
+
+  # -- lifecycle ----------------------------------------------------------
+  def start(self, reissue: dict[int, str] | None = None) -> None:
+    for gid, task_id in sorted((reissue or {}).items()):
+      self.queue.push((gid, self.tasks.get(task_id)), priority=1.0)
+    self._thread.start()
+
+  def stop(self) -> None:
+    self._stop.set()
+    self.buffer.close()
+    self.queue.close()
+    self._thread.join()
+    # Running episodes are abandoned (daemon threads; nothing of theirs is stored after stop):
+    # their groups are in the checkpoint's in-flight list and are re-issued on resume.
+
+  def check(self) -> None:
+    if self._errors:
+      raise RuntimeError("rollout producer failed") from self._errors[0]
+
+  def snapshot(self) -> dict:
+    """In-flight accounting for a checkpoint (taken with the lock: consistent with the buffer)."""
+    with self.lock:
+      return {
+        "next_group_id": self.next_group_id,
+        "inflight": {str(k): v for k, v in self.inflight.items()},
+        "buffer": [g.to_json() for g in self.buffer.items()],
+        "tasks": self.tasks.state_dict(),
+      }
+
+  # -- production ---------------------------------------------------------
+  def _next_work(self):
+    item = self.queue.pop(timeout=0)
+    with self.lock:
+      if item is None:
+        gid = self.next_group_id
+        self.next_group_id += 1
+        item = (gid, self.tasks.task_for(gid))
+      self.inflight[item[0]] = item[1].id
+    return item
+
+  def _produce(self) -> None:
+    try:
+      while not self._stop.is_set():
+        if not self.buffer.admit(timeout=0.2):
+          continue
+        gid, task = self._next_work()
+        _spawn(self._run_group_safe, gid, task, name=f"group-{gid}")
+    except BufferClosed:
+      pass
+    except BaseException as e:  # surfaced to the trainer by check()
+      self._errors.append(e)
+
+  def _run_group_safe(self, gid: int, task) -> None:
+    try:
+      self._finish_group(gid, task, self._load_or_run(gid, task))
+    except BufferClosed:
+      pass
+    except BaseException as e:
+      traceback.print_exc()
+      self._errors.append(e)
+      self.buffer.close()
+
+  def _load_or_run(self, gid: int, task) -> Group:
+    rows = self.store.read_group(gid)
+    if (
+      rows
+      and rows[0]["task_id"] == task.id
+      and len(rows) == self.cfg.group_size
+      and not any(r["infra_error"] for r in rows)
+    ):
+      self.on_event("group_reused", group_id=gid)
+      return Group(gid, task.id, rows)
+    futs = [
+      _spawn(self._episode_with_retries, gid, task, s, name=f"episode-{gid}-{s}")
+      for s in range(self.cfg.group_size)
+    ]
+    rows = [f.result() for f in futs]
+    group = Group(gid, task.id, rows)
+    if any(r["infra_error"] for r in rows):
+      group.status = "infra"
+    if self._stop.is_set():
+      raise BufferClosed()  # stopping: this group stays in flight, to be re-issued
+    self.store.write_group(rows)
+    return group
+
+  def _episode_with_retries(self, gid: int, task, sample: int) -> dict:
+    for attempt in range(self.cfg.max_infra_retries + 1):
+      seed = episode_seed(self.cfg.seed, gid, sample, attempt)
+      with self.controller.semaphore:
+        if self._stop.is_set():
+          raise BufferClosed()
+        out = self.run_episode(task, trajectory_id(gid, sample), seed)
+      row = episode_row(task, gid, sample, out)
+      self.episode_stats.append(
+        {"env_s": row["env_s"], "gen_s": row["gen_s"], "infra": bool(row["infra_error"])}
+      )
+      if not row["infra_error"]:
+        return row
+      self.on_event(
+        "infra_error", trajectory_id=row["trajectory_id"], attempt=attempt, error=row["infra_error"]
+      )
+    return row
+
+  def _finish_group(self, gid: int, task, group: Group) -> None:
+    with self.lock:
+      self.inflight.pop(gid, None)
+      if group.status == "infra":
+        self.buffer.cancel("infra")
+        self.on_event("group_masked", group_id=gid, task_id=task.id)
+        return
+      rewards = group.rewards
+      version = self.buffer.version
+      cap = self.cfg.max_drop_factor * self.buffer.batch_size
+      if (
+        self.cfg.dynamic_sampling
+        and max(rewards) == min(rewards)
+        and self.drops.get(version, 0) < cap
+      ):
+        self.drops[version] = self.drops.get(version, 0) + 1
+        group.status = "zero_variance"
+        self.buffer.cancel("zero_variance")
+        return
+      self.buffer.put(group)
+
+
+def group_advantages(groups: list[Group], estimator: str, eps: float) -> list[list[float]]:
+  """Advantages per episode with the registered estimator (host side, over whole groups)."""
+  from rl import advantages as adv_lib
+
+  rewards = np.array([r for g in groups for r in g.rewards], np.float32)
+  gids = np.repeat(np.arange(len(groups)), [len(g.rows) for g in groups]).astype(np.int32)
+  adv = np.asarray(
+    adv_lib.compute_advantages(estimator, rewards, gids, np.ones_like(gids, bool), eps)
+  )
+  out, i = [], 0
+  for g in groups:
+    out.append([float(a) for a in adv[i : i + len(g.rows)]])
+    i += len(g.rows)
+  return out
+
+
+class SandboxEpisodes:
+  """`run_episode(task, trajectory_id, seed, policy=None) -> Outcome`: one episode, end to end.
+
+  A fresh task sandbox (envs.task_env), the agent loop, the verifier; the sandbox is always
+  closed. Sandbox/engine failures and masked grades come back as `infra_error`.
+  """
+
+  def __init__(
+    self,
+    policy,
+    fmt,
+    agent_cfg,
+    *,
+    backend: str = "bwrap",
+    image: str = "default",
+    verifier_mode: str = "after",
+  ):
+    from envs.verifier import Verifier, VerifierConfig
+
+    self.policy, self.fmt, self.agent_cfg = policy, fmt, agent_cfg
+    self.backend, self.image = backend, image
+    self.verifier = Verifier(VerifierConfig(mode=verifier_mode))
+
+  def __call__(self, task, trajectory_id: str, seed: int, policy=None) -> Outcome:
+    from envs.task_env import TaskSetupError, open_task_sandbox
+
+    t0 = time.monotonic()
+    cfg = dataclasses.replace(
+      self.agent_cfg, episode_timeout_s=min(self.agent_cfg.episode_timeout_s, task.agent_timeout_s)
+    )
+    try:
+      ts = open_task_sandbox(task, self.backend, self.image)
+    except (SandboxError, TaskSetupError, OSError) as e:
+      ep = agent_lib.Episode(
+        trajectory_id,
+        [agent_lib.Segment()],
+        [],
+        "infra",
+        f"{type(e).__name__}: {e}",
+        duration_s=time.monotonic() - t0,
+      )
+      return Outcome(ep, infra_error=ep.infra_error)
+    try:
+      ep = agent_lib.run_episode(
+        policy or self.policy,
+        self.fmt,
+        ts.sandbox,
+        task.instruction,
+        cfg,
+        episode_id=trajectory_id,
+        seed=seed,
+      )
+      if ep.infra_error:
+        return Outcome(ep, infra_error=ep.infra_error)
+      res = self.verifier.grade(ts, agent_timed_out=ep.finish_reason == "time_budget")
+    finally:
+      ts.close()
+    out = Outcome(
+      ep,
+      float(res.reward or 0.0),
+      dict(res.subscores),
+      res.failure_mode,
+      res.duration_s,
+      passed=bool(res.passed),
+      flags=list(res.flags),
+    )
+    if res.masked:
+      out.infra_error = f"{res.failure_mode}: {res.detail[-500:]}"
+    return out
+
+
+def evaluate(run_episode, tasks, *, workers: int = 8, prefix: str = "eval") -> dict:
+  """Runs each task once (with `run_episode`'s policy settings); pass rates by domain/difficulty.
+
+  Infrastructure failures are excluded from the rates and counted in `<prefix>/infra_errors`.
+  """
+
+  def one(task):
+    return task, run_episode(task, f"{prefix}-{task.id}", 0)
+
+  with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=prefix) as ex:
+    results = list(ex.map(one, tasks))
+  ok = [(t, o) for t, o in results if not o.infra_error]
+  out = {f"{prefix}/infra_errors": float(len(results) - len(ok)), f"{prefix}/n": float(len(ok))}
+  if not ok:
+    return out
+  passed = lambda o: o.passed
+  out[f"{prefix}/pass_rate/overall"] = float(np.mean([passed(o) for _, o in ok]))
+  out[f"{prefix}/reward/mean"] = float(np.mean([o.reward for _, o in ok]))
+  for attr in ("domain", "difficulty"):
+    by = collections.defaultdict(list)
+    for t, o in ok:
+      by[getattr(t, attr)].append(passed(o))
+    for k, v in by.items():
+      out[f"{prefix}/pass_rate/{attr}/{k}"] = float(np.mean(v))
+  out[f"{prefix}/generated_tokens"] = float(np.mean([o.episode.generated_tokens for _, o in ok]))
+  return out

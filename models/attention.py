@@ -224,7 +224,7 @@ def attend(
   Args:
     q_BTHd, k_BSKd, v_BSKd: queries, keys, values; H must be a multiple of K.
     q_pos_BT, k_pos_BS: integer positions; causality compares them (not indices), so
-      queries may be offset against a cache.
+      queries may be offset against a cache. A leading dim of 1 is broadcast.
     q_seg_BT, k_seg_BS: optional segment ids (0 = padding), see the module docstring.
     impl: 'chunked' (default, linear memory) or 'naive' (reference).
     chunk: query and key chunk length of the chunked kernel.
@@ -233,7 +233,10 @@ def attend(
   if q_BTHd.shape[2] % k_BSKd.shape[2]:
     raise ValueError(f"{q_BTHd.shape[2]} query heads not a multiple of {k_BSKd.shape[2]}")
   scale = float(q_BTHd.shape[-1] ** -0.5 if scale is None else scale)
+  B, T, S = q_BTHd.shape[0], q_BTHd.shape[1], k_BSKd.shape[1]
   args = _defaults(q_pos_BT, k_pos_BS, q_seg_BT, k_seg_BS)
+  # Positions / segments may be given for one row and shared by the batch.
+  args = [jnp.broadcast_to(a, (B, n)) for a, n in zip(args, (T, S, T, S), strict=True)]
   if impl == "naive":
     return naive_attend(q_BTHd, k_BSKd, v_BSKd, *args, causal, scale)
   if impl == "chunked":

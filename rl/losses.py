@@ -45,7 +45,7 @@ class Segments(NamedTuple):
   @classmethod
   def make(cls, segment_ids_BT, n_slots: int) -> Segments:
     ids_S = jnp.arange(1, n_slots + 1, dtype=segment_ids_BT.dtype)
-    onehot_BTS = (segment_ids_BT[..., None] == ids_S).astype(jnp.float32)
+    onehot_BTS = (segment_ids_BT[..., None] == ids_S[None, None, :]).astype(jnp.float32)
     return cls(onehot_BTS, jnp.clip(segment_ids_BT - 1, 0, n_slots - 1))
 
   def sum(self, x_BT):

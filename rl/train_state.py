@@ -7,6 +7,7 @@ AdamW moments stay fp32.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.struct
@@ -80,12 +81,9 @@ def state_shardings(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, with_r
   return TrainState(step=rep, params=p_sh, opt_state=o_sh, ref_params=p_sh if with_ref else None)
 
 
-def create_train_state(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, key, params=None):
-  """A sharded TrainState, from `transformer.init(model_cfg, key)` or the given `params`.
-
-  The reference params (a copy of the initial params) exist only when cfg.loss.kl != 'none'.
-  Returns (state, shardings) where shardings is a TrainState of NamedShardings.
-  """
+@functools.lru_cache(maxsize=32)
+def _jitted_init(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh):
+  """One compiled initializer per (model, config, mesh), reused by later calls."""
   with_ref = cfg.loss.kl != "none"
   shardings = state_shardings(model_cfg, cfg, mesh, with_ref)
   tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
@@ -100,5 +98,14 @@ def create_train_state(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, key
       ref_params=params if with_ref else None,
     )
 
-  state = jax.jit(init, out_shardings=shardings)(key, params)
-  return state, shardings
+  return jax.jit(init, out_shardings=shardings), shardings
+
+
+def create_train_state(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, key, params=None):
+  """A sharded TrainState, from `transformer.init(model_cfg, key)` or the given `params`.
+
+  The reference params (a copy of the initial params) exist only when cfg.loss.kl != 'none'.
+  Returns (state, shardings) where shardings is a TrainState of NamedShardings.
+  """
+  init, shardings = _jitted_init(model_cfg, cfg, mesh)
+  return init(key, params), shardings

@@ -46,6 +46,14 @@ from rl.config import LossConfig, TrainConfig
 from rl.train_state import TrainState, lr_schedule, make_optimizer
 
 _NAMES = {"T": ("batch", "length"), "S": ("batch", "segments")}
+_PER_TOKEN_INPUTS = (
+  "tokens_BT",
+  "positions_BT",
+  "segment_ids_BT",
+  "behaviour_logprobs_BT",
+  "prox_logprobs_BT",
+  "ref_logprobs_BT",
+)
 
 
 def target_mask(segment_ids_BT):
@@ -66,8 +74,8 @@ def forward_logprobs(params, batch, model_cfg: ModelConfig, with_entropy: bool):
     return_aux=True,
   )
   logp_BT, ent_BT = losses.token_logprobs(logits_BTV, batch["tokens_BT"], with_entropy)
-  aux_loss = aux.get("moe_aux_loss", jnp.zeros((), jnp.float32)) if aux else 0.0
-  return logp_BT, ent_BT, aux_loss
+  # apply returns HF's load-balancing loss unscaled; 0 for dense models.
+  return logp_BT, ent_BT, aux["moe_aux_loss"] * model_cfg.router_aux_coef
 
 
 def compute_logprobs(params, batch, model_cfg: ModelConfig):
@@ -201,43 +209,47 @@ def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig):
   return acc
 
 
-def train_step(state: TrainState, batch, *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh):
-  """One optimizer update from one batch (format in the module docstring)."""
-  with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
-    mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
-    denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
-    keep = (
-      "tokens_BT",
-      "positions_BT",
-      "segment_ids_BT",
-      "behaviour_logprobs_BT",
-      "prox_logprobs_BT",
-      "ref_logprobs_BT",
-    )
-    work = {k: v for k, v in batch.items() if k in keep}
-    work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
-    grads, loss, met = accumulate(state.params, state.ref_params, work, denoms, model_cfg, cfg)
-    tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+def compute_grads(params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig):
+  """(grads, loss, metrics) of a whole batch, accumulated over cfg.micro_batches."""
+  mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
+  denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
+  work = {k: v for k, v in batch.items() if k in _PER_TOKEN_INPUTS}
+  work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
+  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg)
   n_tok = jnp.maximum(denoms.n_tokens, 1.0)
   metrics = {k: v / n_tok for k, v in met["sum"].items() if k != "moe_aux_loss"}
   metrics["moe_aux_loss"] = met["sum"]["moe_aux_loss"] / cfg.micro_batches
   metrics.update({f"{k}_max": v for k, v in met["max"].items()})
   metrics.update({f"{k}_min": v for k, v in met["min"].items()})
-  metrics.update(stats, loss=loss, n_tokens=denoms.n_tokens, grad_norm=optax.global_norm(grads))
+  metrics.update(stats, loss=loss, n_tokens=denoms.n_tokens, grad_norm=optax.tree.norm(grads))
+  return grads, loss, metrics
+
+
+def train_step(state: TrainState, batch, *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh):
+  """One optimizer update from one batch (format in the module docstring)."""
+  with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
+    grads, _, metrics = compute_grads(state.params, state.ref_params, batch, model_cfg, cfg)
+    tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
   metrics["lr"] = lr_schedule(cfg.optim)(state.step)
   new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
   return new_state, metrics
 
 
 def make_train_step(
-  model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, state_shardings, batch_like
+  model_cfg: ModelConfig,
+  cfg: TrainConfig,
+  mesh: Mesh,
+  state_shardings,
+  batch_like,
+  compiler_options=None,
 ):
   """jit(train_step) with in/out shardings and the state donated.
 
   batch_like: a batch (or a dict of ShapeDtypeStructs) with the keys and shapes every call
-  will use; a batch of other keys or shapes compiles again.
+  will use; a batch of other keys or shapes compiles again. compiler_options go to XLA
+  (the tests pass {"xla_backend_optimization_level": 0} to halve CPU compile time).
   """
   rules = merge_rules(overrides=cfg.rules)
   b_sh = sharding.batch_shardings(batch_like, mesh, rules)
@@ -252,6 +264,7 @@ def make_train_step(
     in_shardings=(state_shardings, b_sh),
     out_shardings=(state_shardings, sharding.replicated(mesh)),
     donate_argnums=(0,),
+    compiler_options=compiler_options,
   )
 
 

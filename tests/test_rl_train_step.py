@@ -1,0 +1,216 @@
+"""The jitted update: sharded == 1 device, compiles once, deterministic, accumulation exact."""
+
+import dataclasses
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from models.config import tiny
+from parallel.mesh import MeshConfig, make_mesh, single_device_mesh
+from rl.config import LossConfig, OptimConfig, TrainConfig
+from rl.packing import pack
+from rl.train_state import create_train_state
+from rl.train_step import compute_grads, make_compute_logprobs, make_train_step
+
+DENSE = tiny("qwen3", vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
+MOE = tiny(
+  "qwen3_moe",
+  vocab_size=64,
+  d_model=32,
+  n_heads=4,
+  n_kv_heads=2,
+  head_dim=8,
+  n_experts=4,
+  moe_d_ff=16,
+)
+# Adam's eps large enough that the first update is a smooth function of the gradient (with
+# eps ~ 0 it is lr * sign(g) and rounding-level gradient noise could flip a sign).
+OPT = OptimConfig(lr=1e-2, warmup_steps=0, decay_steps=10, eps=1e-3, weight_decay=0.01)
+# XLA's backend optimisation does not change what is computed; off, CPU compiles take half.
+FAST = {"xla_backend_optimization_level": 0}
+
+
+def trajectories(n=16, group=4, seed=0, vocab=64):
+  rng = np.random.default_rng(seed)
+  out = []
+  for i in range(n):
+    length = int(rng.integers(6, 20))
+    mask = np.zeros(length, np.float32)
+    mask[int(rng.integers(2, length - 1)) :] = 1
+    out.append(
+      dict(
+        tokens=rng.integers(1, vocab, length),
+        loss_mask=mask,
+        behaviour_logprobs=(-rng.random(length) * 3).astype(np.float32),
+        reward=float(rng.integers(0, 2) + rng.random() * 0.1),
+        group_id=i // group,
+        truncated=bool(i % 5 == 0),
+      )
+    )
+  return out
+
+
+def batch_of(trajs, max_segments=4, rows=8):
+  return pack(trajs, 32, max_segments=max_segments, row_multiple=rows)[0]
+
+
+def run_steps(model_cfg, cfg, mesh, batch, n=2):
+  state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(0))
+  step = make_train_step(model_cfg, cfg, mesh, shardings, batch, compiler_options=FAST)
+  losses = []
+  for _ in range(n):
+    state, metrics = step(state, batch)
+    losses.append(float(metrics["loss"]))
+  return state, metrics, losses, step
+
+
+def assert_trees_close(a, b, rtol, atol):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def test_sharded_step_equals_single_device_compiles_once_and_is_deterministic():
+  cfg = TrainConfig(loss=LossConfig(kl="k3", kl_coef=0.05), optim=OPT)
+  batch = batch_of(trajectories())
+  ref_state, ref_m, ref_losses, _ = run_steps(DENSE, cfg, single_device_mesh(), batch)
+  cfg8 = dataclasses.replace(cfg, mesh=MeshConfig(data=2, fsdp=2, tensor=2))
+  mesh = make_mesh(cfg8.mesh)
+  state, m, losses, step = run_steps(DENSE, cfg8, mesh, batch)
+  assert step._cache_size() == 1  # the second call did not retrace
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+  assert_trees_close(m, ref_m, rtol=1e-4, atol=1e-6)
+  assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)
+  assert state.params["layers"]["wq"].sharding.spec[1:3] == ("fsdp", "tensor")
+  assert int(state.step) == 2 and ref_losses[1] < ref_losses[0]
+  # Determinism: a fresh state through the same compiled step gives bit-identical losses.
+  state2, shardings = create_train_state(DENSE, cfg8, mesh, jax.random.key(0))
+  again = []
+  for _ in range(2):
+    state2, m2 = step(state2, batch)
+    again.append(float(m2["loss"]))
+  assert again == losses
+  assert step._cache_size() == 1
+
+
+def test_moe_expert_parallel_step_equals_single_device():
+  cfg = TrainConfig(optim=OPT)
+  batch = batch_of(trajectories(seed=1))
+  ref_state, ref_m, ref_losses, _ = run_steps(MOE, cfg, single_device_mesh(), batch, n=1)
+  cfg8 = dataclasses.replace(cfg, mesh=MeshConfig(data=2, fsdp=1, expert=4))
+  state, m, losses, _ = run_steps(MOE, cfg8, make_mesh(cfg8.mesh), batch, n=1)
+  assert state.params["layers"]["we_up"].sharding.spec[1] == "expert"
+  assert float(m["moe_aux_loss"]) > 0
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+  assert_trees_close(m, ref_m, rtol=1e-4, atol=1e-6)
+  assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def params():
+  state, _ = create_train_state(DENSE, TrainConfig(), single_device_mesh(), jax.random.key(1))
+  return state.params
+
+
+@functools.lru_cache
+def _grads_fn(loss_cfg, micro, model_cfg):
+  cfg = TrainConfig(loss=loss_cfg, micro_batches=micro)
+  return jax.jit(lambda p, r, b: compute_grads(p, r, b, model_cfg, cfg), compiler_options=FAST)
+
+
+def grads_of(params, batch, loss_cfg, micro=1, ref_params=None, model_cfg=DENSE):
+  """(grads, loss, metrics); one compile per (config, batch keys and shapes)."""
+  return _grads_fn(loss_cfg, micro, model_cfg)(params, ref_params, batch)
+
+
+RICH = LossConfig(
+  aggregation="seq-mean-token-mean",
+  kl="k2",
+  kl_coef=0.1,
+  overlong="mask",
+  decoupled=True,
+  is_cap=1.5,
+)
+
+
+def test_accumulated_equals_single_batch_and_given_logprobs_equal_computed(params):
+  """One batch (reference and proximal forwards inside) == four micro-batches fed the
+  reference and proximal log-probs computed up front by compute_logprobs."""
+  batch = batch_of(trajectories(seed=2))
+  ref = jax.tree.map(lambda x: x * 0.9, params)  # a reference policy unlike the current one
+  g1, l1, m1 = grads_of(params, batch, RICH, micro=1, ref_params=ref)
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  logprobs = make_compute_logprobs(DENSE, TrainConfig(), single_device_mesh(), p_sh, batch)
+  given = dict(
+    batch, ref_logprobs_BT=logprobs(ref, batch), prox_logprobs_BT=logprobs(params, batch)
+  )
+  g4, l4, m4 = grads_of(params, given, RICH, micro=4)
+  assert float(m1["kl"]) > 0 and float(m1["is_weight"]) > 0
+  np.testing.assert_allclose(float(l4), float(l1), rtol=1e-5)
+  assert_trees_close(g4, g1, rtol=1e-4, atol=1e-7)
+  assert_trees_close(m4, m1, rtol=1e-5, atol=1e-6)
+
+
+def test_packed_equals_unpacked(params):
+  cfg = LossConfig(
+    advantage="rloo",
+    aggregation="seq-mean-token-mean",
+    policy_loss="gspo",
+    decoupled=True,
+    is_level="sequence",
+  )
+  trajs = trajectories(seed=3)
+  packed, unpacked = batch_of(trajs, max_segments=4), batch_of(trajs, max_segments=1, rows=16)
+  assert packed["tokens_BT"].shape[0] < unpacked["tokens_BT"].shape[0]
+  gp, lp, mp = grads_of(params, packed, cfg)
+  gu, lu, mu = grads_of(params, unpacked, cfg)
+  np.testing.assert_allclose(float(lp), float(lu), rtol=1e-5)
+  assert_trees_close(gp, gu, rtol=1e-4, atol=1e-7)
+  assert_trees_close(mp, mu, rtol=1e-5, atol=1e-6)
+
+
+def test_overlong_mask_and_penalty_equivalences(params):
+  trajs = trajectories(seed=5)
+  batch = batch_of(trajs)
+  masked = grads_of(params, batch, LossConfig(overlong="mask"))
+  by_hand = dict(batch)
+  seg, trunc = batch["segment_ids_BT"], batch["truncated_BS"]
+  drop = np.take_along_axis(trunc, np.clip(seg - 1, 0, None), axis=1) & (seg > 0)
+  by_hand["loss_mask_BT"] = np.where(drop, 0.0, batch["loss_mask_BT"]).astype(np.float32)
+  plain = grads_of(params, by_hand, LossConfig())
+  assert trunc.any()
+  np.testing.assert_allclose(float(masked[1]), float(plain[1]), rtol=1e-6)
+  assert_trees_close(masked[0], plain[0], rtol=1e-5, atol=1e-8)
+  # Soft penalty == rewards shaped by hand with DAPO's formula (L_max 8, buffer 4).
+  pen = grads_of(
+    params, batch, LossConfig(overlong="penalty", overlong_max_len=8, overlong_buffer=4)
+  )
+  shaped = dict(batch, rewards_BS=batch["rewards_BS"].copy())
+  for r, s in zip(*np.nonzero(batch["group_ids_BS"] >= 0), strict=True):
+    n = batch["loss_mask_BT"][r][(seg[r] == s + 1)][
+      1:
+    ].sum()  # a segment's first token never counts
+    shaped["rewards_BS"][r, s] -= min(max((n - 4) / 4, 0.0), 1.0)
+  ref = grads_of(params, shaped, LossConfig())
+  np.testing.assert_allclose(float(pen[1]), float(ref[1]), rtol=1e-6)
+  np.testing.assert_allclose(float(pen[2]["reward_mean"]), float(ref[2]["reward_mean"]), rtol=1e-6)
+
+
+def test_bf16_compute_keeps_fp32_master_params_and_remat_is_exact(params):
+  batch = batch_of(trajectories(seed=5))  # the plain compile of the test above is reused
+  g32, l32, _ = grads_of(params, batch, LossConfig())
+  g16, l16, _ = grads_of(params, batch, LossConfig(), model_cfg=DENSE.replace(dtype="bfloat16"))
+  assert all(g.dtype == np.float32 for g in jax.tree.leaves(g16))
+  np.testing.assert_allclose(float(l16), float(l32), rtol=0.05, atol=0.02)  # bf16 rounding
+  gr, lr, _ = grads_of(params, batch, LossConfig(), model_cfg=DENSE.replace(remat="full"))
+  np.testing.assert_allclose(float(lr), float(l32), rtol=1e-6)
+  assert_trees_close(gr, g32, rtol=1e-5, atol=1e-8)
+
+
+def test_batch_errors():
+  cfg = TrainConfig(micro_batches=3)
+  mesh = single_device_mesh()
+  batch = batch_of(trajectories())
+  with pytest.raises(ValueError, match="micro_batches=3 must be >= 1 and divide the 8 rows"):
+    make_train_step(DENSE, cfg, mesh, None, batch)

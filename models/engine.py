@@ -46,15 +46,18 @@ class DecodeState:
 
 @dataclasses.dataclass(frozen=True)
 class Prefix:
-  """Output of prefill: K/V of the new tokens and the first sampled token (JetStream's Prefix)."""
+  """Output of prefill for B requests: K/V of their new tokens and first sampled tokens.
 
-  k_LTKd: jax.Array
-  v_LTKd: jax.Array
-  start: jax.Array  # int32 position of the first new token
-  length: jax.Array  # int32 start + true length (tokens in the cache after insert)
-  token: jax.Array  # int32 first sampled token
-  logprob: jax.Array  # float32 its logprob under the sampled distribution
-  sampling: smp.SlotSampling  # the request's sampling params, one row
+  JetStream's Prefix; `insert` writes row b into slot slots[b].
+  """
+
+  k_LBTKd: jax.Array
+  v_LBTKd: jax.Array
+  start_B: jax.Array  # int32 position of the first new token
+  length_B: jax.Array  # int32 start + true length (tokens in the cache after insert)
+  token_B: jax.Array  # int32 first sampled token
+  logprob_B: jax.Array  # float32 its logprob under the sampled distribution
+  sampling: smp.SlotSampling  # the requests' sampling params, B rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +68,7 @@ class StepOutput:
 
 for _cls, _fields in (
   (DecodeState, ["cache", "page_table_SM", "lengths_S", "tokens_S", "sampling"]),
-  (Prefix, ["k_LTKd", "v_LTKd", "start", "length", "token", "logprob", "sampling"]),
+  (Prefix, ["k_LBTKd", "v_LBTKd", "start_B", "length_B", "token_B", "logprob_B", "sampling"]),
   (StepOutput, ["tokens_S", "logprobs_S"]),
 ):
   jax.tree_util.register_dataclass(_cls, data_fields=_fields, meta_fields=[])
@@ -88,55 +91,64 @@ def _layer_scan(params, cfg, x_BTD, carry, body):
   return x, carry, ys
 
 
-def prefill_fn(params, tokens_T, start, true_length, sampling_row, ctx, *, cfg: ModelConfig):
-  """Prompt forward pass; ctx = (cache, page_row_M) of tokens already cached, or None."""
+def prefill_fn(params, tokens_BT, start_B, true_length_B, sampling, ctx, *, cfg: ModelConfig):
+  """Prompt forward pass of B requests; ctx = (cache, page_rows_BM) of their cached tokens."""
   TRACES["prefill"] += 1
-  (T,) = tokens_T.shape
-  pos_1T = (start + jnp.arange(T, dtype=jnp.int32))[None]
-  x = tfm.embed(params, tokens_T[None], cfg)
+  B, T = tokens_BT.shape
+  pos_BT = start_B[:, None] + jnp.arange(T, dtype=jnp.int32)[None]
+  x = tfm.embed(params, tokens_BT, cfg)
 
   def body(lp, layer, x, _):
-    q, k, v = tfm.layer_qkv(lp, x, pos_1T, cfg)
-    k_pos_1S, k_seg_1S = pos_1T, jnp.ones_like(pos_1T)
-    k_all, v_all = k, v
-    if ctx is not None:
-      cache, page_row_M = ctx
-      kc, vc = kvc.gather(cache, layer, page_row_M[None], dtype=k.dtype)
-      ctx_pos_1S = jnp.arange(kc.shape[1], dtype=jnp.int32)[None]
+    q, k, v = tfm.layer_qkv(lp, x, pos_BT, cfg)
+    k_pos_BS, k_seg_BS, k_all, v_all = pos_BT, jnp.ones_like(pos_BT), k, v
+    if ctx is not None:  # new tokens also see the first start_B tokens of their pages
+      cache, page_rows_BM = ctx
+      kc, vc = kvc.gather(cache, layer, page_rows_BM, dtype=k.dtype)
+      ctx_pos_BS = jnp.broadcast_to(jnp.arange(kc.shape[1], dtype=jnp.int32), kc.shape[:2])
       k_all = jnp.concatenate([kc, k], axis=1)
       v_all = jnp.concatenate([vc, v], axis=1)
-      k_pos_1S = jnp.concatenate([ctx_pos_1S, pos_1T], axis=1)
-      k_seg_1S = jnp.concatenate([(ctx_pos_1S < start).astype(jnp.int32), k_seg_1S], axis=1)
+      k_pos_BS = jnp.concatenate([ctx_pos_BS, pos_BT], axis=1)
+      ctx_seg_BS = (ctx_pos_BS < start_B[:, None]).astype(jnp.int32)
+      k_seg_BS = jnp.concatenate([ctx_seg_BS, k_seg_BS], axis=1)
     attn = attend(
-      q, k_all, v_all, q_pos_BT=pos_1T, k_pos_BS=k_pos_1S, k_seg_BS=k_seg_1S,
+      q, k_all, v_all, q_pos_BT=pos_BT, k_pos_BS=k_pos_BS, k_seg_BS=k_seg_BS,
       impl=cfg.attention, chunk=cfg.attn_chunk,
     )  # fmt: skip
     x, _ = tfm.layer_finish(lp, x, attn, cfg)
-    return x, None, (k[0], v[0])
+    return x, None, (k, v)
 
-  x, _, (k_LTKd, v_LTKd) = _layer_scan(params, cfg, x, None, body)
-  x_last = jax.lax.dynamic_slice_in_dim(x, true_length - 1, 1, axis=1)
-  logits_1V = tfm.unembed(params, x_last, cfg)[:, 0]
-  length = start + true_length
-  token, logprob = smp.sample_logprobs(logits_1V, sampling_row, length[None])
-  return Prefix(k_LTKd, v_LTKd, start, length, token[0], logprob[0], sampling_row)
+  x, _, (k_LBTKd, v_LBTKd) = _layer_scan(params, cfg, x, None, body)
+  last_B = jnp.maximum(true_length_B - 1, 0)
+  x_last = jnp.take_along_axis(x, last_B[:, None, None], axis=1)
+  logits_BV = tfm.unembed(params, x_last, cfg)[:, 0]
+  length_B = start_B + true_length_B
+  token_B, logprob_B = smp.sample_logprobs(logits_BV, sampling, length_B)
+  return Prefix(k_LBTKd, v_LBTKd, start_B, length_B, token_B, logprob_B, sampling)
 
 
-def insert_fn(prefix: Prefix, state: DecodeState, slot, page_row_M) -> DecodeState:
-  """Writes the prefix's K/V into the slot's pages and makes the slot decode from it."""
+def insert_fn(prefix: Prefix, state: DecodeState, slots_B, page_rows_BM) -> DecodeState:
+  """Writes each prefix row's K/V into its slot's pages; the slots then decode from it.
+
+  Rows whose slot is out of range (batch padding) write nowhere.
+  """
   TRACES["insert"] += 1
-  T = prefix.k_LTKd.shape[1]
-  pos_1T = (prefix.start + jnp.arange(T, dtype=jnp.int32))[None]
-  page_1T, off_1T = kvc.write_positions(
-    page_row_M[None], pos_1T, state.cache.page_size, pos_1T < prefix.length
+  L, B, T = prefix.k_LBTKd.shape[:3]
+  pos_BT = prefix.start_B[:, None] + jnp.arange(T, dtype=jnp.int32)[None]
+  valid_BT = pos_BT < prefix.length_B[:, None]
+  page_BT, off_BT = kvc.write_positions(page_rows_BM, pos_BT, state.cache.page_size, valid_BT)
+  flat = lambda a: a.reshape(L, B * T, *a.shape[3:])
+  cache = kvc.write(
+    state.cache, slice(None), page_BT.reshape(-1), off_BT.reshape(-1),
+    flat(prefix.k_LBTKd), flat(prefix.v_LBTKd),
+  )  # fmt: skip
+  samp = jax.tree.map(
+    lambda a, r: a.at[slots_B].set(r, mode="drop"), state.sampling, prefix.sampling
   )
-  cache = kvc.write(state.cache, slice(None), page_1T[0], off_1T[0], prefix.k_LTKd, prefix.v_LTKd)
-  samp = jax.tree.map(lambda a, r: a.at[slot].set(r[0]), state.sampling, prefix.sampling)
   return DecodeState(
     cache=cache,
-    page_table_SM=state.page_table_SM.at[slot].set(page_row_M),
-    lengths_S=state.lengths_S.at[slot].set(prefix.length),
-    tokens_S=state.tokens_S.at[slot].set(prefix.token),
+    page_table_SM=state.page_table_SM.at[slots_B].set(page_rows_BM, mode="drop"),
+    lengths_S=state.lengths_S.at[slots_B].set(prefix.length_B, mode="drop"),
+    tokens_S=state.tokens_S.at[slots_B].set(prefix.token_B, mode="drop"),
     sampling=samp,
   )
 
@@ -246,23 +258,35 @@ class Engine:
     return _bucket(n, self.max_seq_len)
 
   def prefill(
-    self, *, params=None, padded_tokens, true_length: int, sampling=None, start: int = 0,
-    context: tuple[DecodeState, np.ndarray] | None = None,
-  ) -> Prefix:  # fmt: skip
-    """Prefill; `context=(state, page_row)` attends to the slot's first `start` cached tokens."""
-    if start + true_length > self.max_seq_len:
-      raise ValueError(f"prompt of {start + true_length} tokens > max_seq_len {self.max_seq_len}")
-    row = smp.stack_params([sampling or smp.SamplingParams(greedy=True)])
+    self, *, params=None, padded_tokens, true_length, sampling=None, start=0, context=None
+  ) -> Prefix:
+    """Prefill of one request ([T] tokens, ints) or a batch ([B, T] tokens, [B] ints).
+
+    `context=(state, page_rows)` lets the new tokens attend to the first `start` tokens
+    already cached in those pages (prefix reuse). `sampling` is a SamplingParams or a list.
+    """
+    tokens_BT = np.atleast_2d(np.asarray(padded_tokens, np.int32))
+    B = tokens_BT.shape[0]
+    start_B = np.broadcast_to(np.asarray(start, np.int32), (B,))
+    true_B = np.broadcast_to(np.asarray(true_length, np.int32), (B,))
+    if np.any(start_B + true_B > self.max_seq_len) or np.any(true_B < 1):
+      raise ValueError(f"prefill: lengths {start_B + true_B} not in [1, {self.max_seq_len}]")
+    samp = sampling if isinstance(sampling, list | tuple) else [sampling] * B
+    rows = smp.stack_params([s or smp.SamplingParams(greedy=True) for s in samp])
     ctx = None
-    if context is not None and start > 0:
-      ctx = (context[0].cache, jnp.asarray(context[1], jnp.int32))
+    if context is not None and np.any(start_B > 0):
+      page_rows = np.asarray(context[1], np.int32).reshape(B, -1)
+      ctx = (context[0].cache, jnp.asarray(page_rows))
     return self._prefill_jit(
-      self.params if params is None else params, jnp.asarray(padded_tokens, jnp.int32),
-      jnp.int32(start), jnp.int32(true_length), row, ctx,
+      self.params if params is None else params, jnp.asarray(tokens_BT), jnp.asarray(start_B),
+      jnp.asarray(true_B), rows, ctx,
     )  # fmt: skip
 
-  def insert(self, prefix: Prefix, decode_state: DecodeState, slot: int, page_row) -> DecodeState:
-    return self._insert_jit(prefix, decode_state, jnp.int32(slot), jnp.asarray(page_row, jnp.int32))
+  def insert(self, prefix: Prefix, decode_state: DecodeState, slot, page_row) -> DecodeState:
+    """Row b of prefix -> slot[b] (an int for a single request) with page_row[b] ([M] or [B, M])."""
+    slots_B = np.atleast_1d(np.asarray(slot, np.int32))
+    rows_BM = np.asarray(page_row, np.int32).reshape(len(slots_B), -1)
+    return self._insert_jit(prefix, decode_state, jnp.asarray(slots_B), jnp.asarray(rows_BM))
 
   def generate(self, params=None, decode_state: DecodeState = None):
     """One decode step over all slots: (new state, StepOutput). Dispatches asynchronously."""

@@ -83,8 +83,13 @@ def _lcp(a, b) -> int:
 class Generator:
   """Host scheduler over an Engine (see module docstring). Call close() when done."""
 
-  def __init__(self, engine: Engine, *, tokenizer=None, prefix_caching: bool = False):
+  def __init__(
+    self, engine: Engine, *, tokenizer=None, prefix_caching: bool = False,
+    max_prefill_batch: int = 16, max_prefill_tokens: int = 4096,
+  ):  # fmt: skip
     self.engine, self.tokenizer = engine, tokenizer
+    self.max_prefill_batch, self.max_prefill_tokens = max_prefill_batch, max_prefill_tokens
+    self._jobs: list[_Live] = []
     self.pool = kvc.PagePool(engine.num_pages, engine.page_size, prefix_caching=prefix_caching)
     S, M = engine.max_concurrent_decodes, engine.pages_per_slot
     self._table = np.full((S, M), kvc.NULL_PAGE, np.int32)
@@ -209,30 +214,60 @@ class Generator:
       else:
         self.pool.release(kept)
       return False
-    self._start(req, fut, kept, c, need, max_new)
+    self._jobs.append(self._start(req, fut, kept, c, need, max_new))
     return True
 
-  def _start(self, req, fut, kept, c, need, max_new) -> None:
-    eng, prompt = self.engine, req.prompt_tokens
-    n, p = len(prompt), eng.page_size
+  def _start(self, req, fut, kept, c, need, max_new) -> _Live:
+    n, p = len(req.prompt_tokens), self.engine.page_size
     slot = self._free_slots.pop()
     fresh = self.pool.alloc(-(-n // p) - len(kept), from_reserved=True)
     pages = kept + fresh
     self._table[slot] = kvc.NULL_PAGE
     self._table[slot, : len(pages)] = pages
-    m = n - c
-    padded = np.zeros((eng.bucket(m),), np.int32)
-    padded[:m] = prompt[c:]
-    ctx = (self._state, self._table[slot]) if c > 0 else None
-    prefix = eng.prefill(
-      padded_tokens=padded, true_length=m, sampling=req.sampling, start=c, context=ctx
-    )
-    self._state = eng.insert(prefix, self._state, slot, self._table[slot].copy())
     live = _Live(req, fut, slot, pages, need - len(fresh), n, max_new, c)
     self._live[slot] = live
-    self._events.append(("first", live, prefix.token, prefix.logprob, eng.policy_version))
-    self.pool.register_prefix(prompt, pages)
-    self._counters.update(prefills=1, prefill_tokens=m, cached_tokens=c)
+    self._counters.update(prefills=1, prefill_tokens=n - c, cached_tokens=c)
+    return live
+
+  def _prefill_jobs(self) -> None:
+    """Prefills the requests admitted this iteration, batched by (bucket, has context).
+
+    Requests without cached context go first; prompt blocks enter the shared-prefix cache only
+    after their inserts are dispatched, so nothing reads a page before it is written.
+    """
+    eng, groups = self.engine, collections.defaultdict(list)
+    for live in self._jobs:
+      groups[(live.cached > 0, eng.bucket(len(live.req.prompt_tokens) - live.cached))].append(live)
+    for (has_ctx, T), lives in sorted(groups.items()):
+      per_call = max(1, min(self.max_prefill_batch, self.max_prefill_tokens // T))
+      for i in range(0, len(lives), per_call):
+        self._prefill_batch(lives[i : i + per_call], T, has_ctx)
+    for live in self._jobs:
+      self.pool.register_prefix(live.req.prompt_tokens, live.pages)
+    self._jobs.clear()
+
+  def _prefill_batch(self, lives, T, has_ctx) -> None:
+    eng, S = self.engine, self.engine.max_concurrent_decodes
+    B = 1
+    while B < len(lives):
+      B *= 4  # few distinct batch shapes -> few compilations
+    B = min(B, max(S, len(lives)))
+    tokens = np.zeros((B, T), np.int32)
+    start, true_len = np.zeros(B, np.int32), np.ones(B, np.int32)
+    slots = np.full(B, S, np.int32)  # out of range: padding rows are dropped by insert
+    rows = np.full((B, eng.pages_per_slot), kvc.NULL_PAGE, np.int32)
+    for b, live in enumerate(lives):
+      m = len(live.req.prompt_tokens) - live.cached
+      tokens[b, :m] = live.req.prompt_tokens[live.cached :]
+      start[b], true_len[b], slots[b] = live.cached, m, live.slot
+      rows[b] = self._table[live.slot]
+    samp = [lv.req.sampling for lv in lives] + [SamplingParams(greedy=True)] * (B - len(lives))
+    prefix = eng.prefill(
+      padded_tokens=tokens, true_length=true_len, sampling=samp, start=start,
+      context=(self._state, rows) if has_ctx else None,
+    )  # fmt: skip
+    self._state = eng.insert(prefix, self._state, slots, rows)
+    self._events.append(("first", lives, prefix.token_B, prefix.logprob_B, eng.policy_version))
 
   # -- the loop ---------------------------------------------------------------------------
   def _run(self) -> None:
@@ -258,6 +293,8 @@ class Generator:
         return False
       while self._pending and self._free_slots and self._admit(*self._pending[0]):
         self._pending.popleft()
+      if self._jobs:
+        self._prefill_jobs()
       dispatched = bool(self._live)
       if dispatched:
         self._dispatch()
@@ -290,8 +327,9 @@ class Generator:
   def _process(self, event) -> list:
     """Reads one event's tokens (blocking on the device) and applies them; returns finished."""
     if event[0] == "first":
-      _, live, tok, lp, version = event
-      pairs = [(live, int(tok), float(lp))]
+      _, lives, toks, lps, version = event
+      toks, lps = np.asarray(toks), np.asarray(lps)
+      pairs = [(lv, int(toks[b]), float(lps[b])) for b, lv in enumerate(lives)]
     else:
       _, out, version, snapshot = event
       toks, lps = np.asarray(out.tokens_S), np.asarray(out.logprobs_S)

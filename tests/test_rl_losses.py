@@ -189,13 +189,13 @@ def run1(x, cfg):
 
 
 def test_ppo_hand_computed():
-  l = math.log
+  ln = math.log
   # A = +1: ratios 1.5 (clipped at 1.28), 1.1 (inside), 0.5 (no lower clip when A > 0).
-  loss, m = run1(hand_inputs([l(1.5), l(1.1), l(0.5)], [0, 0, 0], 1.0), LossConfig())
+  loss, m = run1(hand_inputs([ln(1.5), ln(1.1), ln(0.5)], [0, 0, 0], 1.0), LossConfig())
   np.testing.assert_allclose(float(loss), (-1.28 - 1.1 - 0.5) / 3, rtol=1e-6)
   np.testing.assert_allclose(float(m["sum"]["clip_frac_high"]), 1.0)
   # A = -1: ratio 0.5 -> clipped 0.8; ratio 5 -> 5, dual clip c=3 caps it at 3.
-  x = hand_inputs([l(0.5), l(5.0)], [0, 0], -1.0)
+  x = hand_inputs([ln(0.5), ln(5.0)], [0, 0], -1.0)
   np.testing.assert_allclose(float(run1(x, LossConfig())[0]), (0.8 + 5.0) / 2, rtol=1e-6)
   loss, m = run1(x, LossConfig(dual_clip=3.0))
   np.testing.assert_allclose(float(loss), (0.8 + 3.0) / 2, rtol=1e-6)
@@ -204,17 +204,17 @@ def test_ppo_hand_computed():
 
 
 def test_gspo_and_cispo_hand_computed():
-  l = math.log
+  ln = math.log
   # GSPO: log-ratios log 2 and 0 -> sequence ratio sqrt(2) = 1.414 > 1.28 -> clipped, A = 1.
-  x = hand_inputs([l(2.0), 0.0], [0, 0], 1.0)
+  x = hand_inputs([ln(2.0), 0.0], [0, 0], 1.0)
   loss, _ = run1(x, LossConfig(policy_loss="gspo"))
   np.testing.assert_allclose(float(loss), -1.28, rtol=1e-6)
   loss, _ = run1(x, LossConfig(policy_loss="gspo", clip_high=1.0))
   np.testing.assert_allclose(float(loss), -math.sqrt(2), rtol=1e-6)
   # CISPO: -A * clip(r) * log pi; r = 2 -> 1.28 with logp = log 2 - 1 (old = -1).
-  x = hand_inputs([l(2.0) - 1.0], [-1.0], 2.0)
+  x = hand_inputs([ln(2.0) - 1.0], [-1.0], 2.0)
   loss, _ = run1(x, LossConfig(policy_loss="cispo"))
-  np.testing.assert_allclose(float(loss), -2.0 * 1.28 * (l(2.0) - 1.0), rtol=1e-6)
+  np.testing.assert_allclose(float(loss), -2.0 * 1.28 * (ln(2.0) - 1.0), rtol=1e-6)
 
 
 def test_kl_estimators_hand_computed():

@@ -1,0 +1,1 @@
+while read -r f; do [ -f "docs/$f" ] || echo "$f"; done < docs/ORDER > book/missing.txt; true

@@ -1,0 +1,1 @@
+jq -n --argjson c "$(wc -l < book/chapters.txt)" --argjson s "$(grep -c '^## ' book/book.md)" --argjson w "$(awk '{s += $3} END {print s}' book/words.txt)" '{chapters: $c, sections: $s, words: $w}' > book/stats.json

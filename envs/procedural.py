@@ -1,0 +1,325 @@
+"""Seeded generators of fresh training tasks, each with a reference solution and hidden tests.
+
+`generate(family, seed)` is deterministic; `stream(seed)` yields tasks forever. Families:
+
+  echo_word     (file_ops, 1)  Create a file named <name>.txt containing exactly the word <word>.
+                               One command solves it (`echo <word> > <name>.txt`) and the
+                               instruction never varies but for the two words: a tiny byte-level
+                               model learns it on a CPU in minutes (the demo's family).
+  sort_unique   (text, 2)      distinct sorted lines of a generated word list
+  count_level   (text, 2)      count log lines of one level
+  rename_ext    (file_ops, 2)  rename one extension to another in a folder
+  json_select   (data, 2)      names of the records matching a field, with jq
+  csv_sum       (data, 3)      sum a CSV column over the rows of one group
+  python_fix    (python_bugfix, 3)  fix one injected bug in a small function
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+
+from envs.task import FileEntry, Task, TestSpec
+
+_CONS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+_HEADER = 'import os\nimport pathlib\n\nWS = pathlib.Path(os.environ.get("AGENTRL_WORKSPACE", "/workspace"))\n\n'
+
+
+def pseudo_word(rng: random.Random, syllables: tuple[int, int] = (2, 3)) -> str:
+  return "".join(rng.choice(_CONS) + rng.choice(_VOWELS) for _ in range(rng.randint(*syllables)))
+
+
+def _words(rng: random.Random, k: int) -> list[str]:
+  out: list[str] = []
+  while len(out) < k:
+    w = pseudo_word(rng)
+    if w not in out:
+      out.append(w)
+  return out
+
+
+def _unchanged(name: str, data: bytes) -> str:
+  return f"\n\ndef test_{name.replace('.', '_').replace('/', '_')}_unchanged():\n  assert (WS / {name!r}).read_bytes() == {data!r}\n"
+
+
+def _task(family, seed, domain, difficulty, instruction, solution, tests, files=()) -> Task:
+  return Task(
+    id=f"procedural/{family}-{seed}",
+    instruction=instruction,
+    domain=domain,
+    difficulty=difficulty,
+    tests=TestSpec((FileEntry("test_task.py", (_HEADER + tests).encode()),)),
+    solution_script=solution + "\n",
+    workspace_files=tuple(FileEntry(p, d) for p, d in files),
+    tags=("procedural", family),
+    agent_timeout_s=120.0,
+    test_timeout_s=60.0,
+    source=f"procedural:{family}:{seed}",
+    format="procedural",
+  )
+
+
+def echo_word(rng: random.Random, seed: int) -> Task:
+  name, word = pseudo_word(rng), pseudo_word(rng)
+  tests = textwrap.dedent(f"""
+  def test_file_holds_exactly_the_word():
+    p = WS / "{name}.txt"
+    assert p.is_file(), "{name}.txt is missing"
+    assert p.read_text() in ("{word}", "{word}\\n")
+  """)
+  return _task(
+    "echo_word",
+    seed,
+    "file_ops",
+    1,
+    f"Create a file named {name}.txt containing exactly the word {word}.",
+    f"echo {word} > {name}.txt",
+    tests,
+  )
+
+
+def sort_unique(rng: random.Random, seed: int) -> Task:
+  vocab = _words(rng, rng.randint(5, 9))
+  lines = [rng.choice(vocab) for _ in range(rng.randint(12, 30))]
+  data = ("\n".join(lines) + "\n").encode()
+  expect = "\n".join(sorted(set(lines))) + "\n"
+  tests = textwrap.dedent(f"""
+  def test_sorted_unique():
+    assert (WS / "sorted.txt").read_text() == {expect!r}
+  """) + _unchanged("words.txt", data)
+  return _task(
+    "sort_unique",
+    seed,
+    "text",
+    2,
+    "Write the distinct lines of words.txt, sorted alphabetically, one per line, to sorted.txt.",
+    "LC_ALL=C sort -u words.txt > sorted.txt",
+    tests,
+    [("words.txt", data)],
+  )
+
+
+def count_level(rng: random.Random, seed: int) -> Task:
+  levels = ["INFO", "WARN", "ERROR", "DEBUG"]
+  rows = [
+    f"2024-03-{rng.randint(1, 28):02d} {rng.randint(0, 23):02d}:{rng.randint(0, 59):02d} {rng.choice(levels)} {pseudo_word(rng)} {pseudo_word(rng)}"
+    for _ in range(rng.randint(15, 40))
+  ]
+  level = rng.choice(levels)
+  data = ("\n".join(rows) + "\n").encode()
+  n = sum(r.split()[2] == level for r in rows)
+  tests = textwrap.dedent(f"""
+  def test_count():
+    assert (WS / "count.txt").read_text().strip() == "{n}"
+  """) + _unchanged("app.log", data)
+  return _task(
+    "count_level",
+    seed,
+    "text",
+    2,
+    f"Count the lines of app.log whose level (third field) is {level} and write the number to count.txt.",
+    f"awk '$3 == \"{level}\"' app.log | wc -l > count.txt",
+    tests,
+    [("app.log", data)],
+  )
+
+
+def rename_ext(rng: random.Random, seed: int) -> Task:
+  src, dst = rng.sample(["txt", "log", "dat", "csv", "md"], 2)
+  other = next(e for e in ["txt", "log", "dat", "csv", "md", "ini"] if e not in (src, dst))
+  names = _words(rng, rng.randint(4, 8))
+  files = [
+    (f"docs/{n}.{src if i % 3 else other}", f"{n} {i}\n".encode()) for i, n in enumerate(names)
+  ]
+  expect = sorted(
+    (p.rsplit(".", 1)[0] + f".{dst}" if p.endswith("." + src) else p)[5:] for p, _ in files
+  )
+  contents = {
+    (p.rsplit(".", 1)[0] + f".{dst}" if p.endswith("." + src) else p)[5:]: d for p, d in files
+  }
+  tests = textwrap.dedent(f"""
+  def test_names():
+    assert sorted(p.name for p in (WS / "docs").iterdir()) == {expect!r}
+
+  def test_contents_kept():
+    for name, data in {contents!r}.items():
+      assert (WS / "docs" / name).read_bytes() == data
+  """)
+  return _task(
+    "rename_ext",
+    seed,
+    "file_ops",
+    2,
+    f"In the folder docs/, rename every .{src} file so that its extension is .{dst} (keep the base name). Leave the other files as they are.",
+    f'cd docs && for f in *.{src}; do mv "$f" "${{f%.{src}}}.{dst}"; done',
+    tests,
+    files,
+  )
+
+
+def json_select(rng: random.Random, seed: int) -> Task:
+  cities = _words(rng, 3)
+  recs = [
+    {"name": n.capitalize(), "age": rng.randint(18, 80), "city": rng.choice(cities)}
+    for n in _words(rng, rng.randint(6, 12))
+  ]
+  city = rng.choice([r["city"] for r in recs])
+  data = (json.dumps(recs, indent=2) + "\n").encode()
+  expect = "".join(r["name"] + "\n" for r in recs if r["city"] == city)
+  tests = textwrap.dedent(f"""
+  def test_names():
+    assert (WS / "names.txt").read_text() == {expect!r}
+  """) + _unchanged("people.json", data)
+  return _task(
+    "json_select",
+    seed,
+    "data",
+    2,
+    f'Write the "name" of every record in people.json whose "city" is "{city}", one per line in file order, to names.txt.',
+    f"jq -r '.[] | select(.city == \"{city}\") | .name' people.json > names.txt",
+    tests,
+    [("people.json", data)],
+  )
+
+
+def csv_sum(rng: random.Random, seed: int) -> Task:
+  regions, products = _words(rng, 4), _words(rng, 5)
+  rows = [
+    (rng.choice(regions), rng.choice(products), rng.randint(1, 500))
+    for _ in range(rng.randint(15, 40))
+  ]
+  region = rng.choice([r[0] for r in rows])
+  data = ("region,product,units\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows)).encode()
+  total = sum(c for a, _, c in rows if a == region)
+  tests = textwrap.dedent(f"""
+  def test_total():
+    assert (WS / "total.txt").read_text().strip() == "{total}"
+  """) + _unchanged("sales.csv", data)
+  return _task(
+    "csv_sum",
+    seed,
+    "data",
+    3,
+    f"sales.csv has the columns region,product,units. Write the total units of region {region} (an integer) to total.txt.",
+    f"awk -F, -v r={region} 'NR > 1 && $1 == r {{ s += $3 }} END {{ print s + 0 }}' sales.csv > total.txt",
+    tests,
+    [("sales.csv", data)],
+  )
+
+
+# (spec, correct body, buggy body, reference implementation); bodies take the argument `xs`/`s`/`n`.
+_FUNCS: tuple[tuple[str, str, str, str, Callable], ...] = (
+  (
+    "returns the sum of the list xs",
+    "xs",
+    "  return sum(xs)\n",
+    "  t = 0\n  for x in xs[1:]:\n    t += x\n  return t\n",
+    sum,
+  ),
+  (
+    "returns the largest element of the non-empty list xs",
+    "xs",
+    "  m = xs[0]\n  for x in xs:\n    if x > m:\n      m = x\n  return m\n",
+    "  m = 0\n  for x in xs:\n    if x > m:\n      m = x\n  return m\n",
+    max,
+  ),
+  (
+    "returns how many vowels (a, e, i, o, u) the string s has",
+    "s",
+    "  return sum(c in 'aeiou' for c in s.lower())\n",
+    "  return sum(c in 'aeio' for c in s.lower())\n",
+    lambda s: sum(c in "aeiou" for c in s.lower()),
+  ),
+  (
+    "returns n! for an integer n >= 0",
+    "n",
+    "  r = 1\n  for i in range(2, n + 1):\n    r *= i\n  return r\n",
+    "  r = 1\n  for i in range(2, n):\n    r *= i\n  return r\n",
+    lambda n: __import__("math").factorial(n),
+  ),
+  (
+    "returns the words of s in reverse order, joined by single spaces",
+    "s",
+    "  return ' '.join(s.split()[::-1])\n",
+    "  return ' '.join(s.split()[::1])\n",
+    lambda s: " ".join(s.split()[::-1]),
+  ),
+  (
+    "returns the list xs without its negative numbers, order kept",
+    "xs",
+    "  return [x for x in xs if x >= 0]\n",
+    "  return [x for x in xs if x > 0]\n",
+    lambda xs: [x for x in xs if x >= 0],
+  ),
+)
+
+
+def _inputs(rng: random.Random, arg: str, k: int) -> list:
+  if arg == "xs":
+    return [[rng.randint(-20, 20) for _ in range(rng.randint(1, 7))] for _ in range(k)] + [
+      [-5, -3, -9],
+      [0, 4, 0],
+    ]
+  if arg == "s":
+    return [" ".join(pseudo_word(rng) for _ in range(rng.randint(1, 4))) for _ in range(k)] + [
+      "Queue UP"
+    ]
+  return [rng.randint(0, 9) for _ in range(k)] + [0, 1, 5]
+
+
+def python_fix(rng: random.Random, seed: int) -> Task:
+  spec, arg, good, bad, ref = rng.choice(_FUNCS)
+  fn, mod = pseudo_word(rng), pseudo_word(rng)
+  cases = [(x, ref(x)) for x in _inputs(rng, arg, 6)]
+  src = f'def {fn}({arg}):\n  """{spec[0].upper() + spec[1:]}."""\n'
+  tests = textwrap.dedent(f"""
+  import subprocess
+  import sys
+
+  def test_cases():
+    code = "import json, sys; sys.path.insert(0, '.'); import {mod}; print(json.dumps([{mod}.{fn}(x) for x in {[c[0] for c in cases]!r}]))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=WS, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == {json.dumps([c[1] for c in cases])!r}
+  """)
+  return _task(
+    "python_fix",
+    seed,
+    "python_bugfix",
+    3,
+    f"The function {fn} in {mod}.py should be the function that {spec}, but it has a bug. Fix the bug without renaming the function.",
+    f"cat > {mod}.py <<'EOF'\n{src}{good}EOF",
+    tests,
+    [(f"{mod}.py", (src + bad).encode())],
+  )
+
+
+FAMILIES: dict[str, Callable[[random.Random, int], Task]] = {
+  f.__name__: f
+  for f in (echo_word, sort_unique, count_level, rename_ext, json_select, csv_sum, python_fix)
+}
+
+
+def generate(family: str, seed: int) -> Task:
+  """One task of `family`, a pure function of (family, seed)."""
+  if family not in FAMILIES:
+    raise KeyError(f"unknown procedural family {family!r} (known: {', '.join(FAMILIES)})")
+  return FAMILIES[family](random.Random(f"{family}:{seed}"), seed)
+
+
+def sample(n: int, seed: int = 0, families: Sequence[str] | None = None) -> list[Task]:
+  """n tasks cycling over `families` with seeds derived from `seed`."""
+  fams = list(families or FAMILIES)
+  return [generate(fams[i % len(fams)], seed * 1_000_003 + i) for i in range(n)]
+
+
+def stream(seed: int = 0, families: Sequence[str] | None = None) -> Iterator[Task]:
+  """An endless stream of fresh tasks (families drawn uniformly, seeded)."""
+  fams = list(families or FAMILIES)
+  rng = random.Random(seed)
+  i = 0
+  while True:
+    yield generate(rng.choice(fams), seed * 1_000_003 + i)
+    i += 1

@@ -1,0 +1,15 @@
+import os
+import pathlib
+import subprocess
+
+WS = pathlib.Path(os.environ.get("AGENTRL_WORKSPACE", "/workspace"))
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=kw.pop("cwd", WS), shell=isinstance(cmd, str), capture_output=True, text=True, timeout=kw.pop("timeout", 30), **kw)
+
+def test_newest():
+    assert (WS / "newest.txt").read_text().strip() == "july.csv"
+
+def test_oldest():
+    assert (WS / "oldest.txt").read_text().strip() == "dec.csv"

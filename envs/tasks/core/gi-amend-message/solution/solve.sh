@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+set -euo pipefail
+cd repo && git commit -q --amend -m 'Fix typo in README'

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+set -euo pipefail
+cat > cart.py <<'EOF'
+def add_item(item, cart=None):
+    if cart is None:
+        cart = []
+    cart.append(item)
+    return cart
+EOF

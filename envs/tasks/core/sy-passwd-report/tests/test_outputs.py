@@ -1,0 +1,12 @@
+import os
+import pathlib
+import subprocess
+
+WS = pathlib.Path(os.environ.get("AGENTRL_WORKSPACE", "/workspace"))
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=kw.pop("cwd", WS), shell=isinstance(cmd, str), capture_output=True, text=True, timeout=kw.pop("timeout", 30), **kw)
+
+def test_users():
+    assert (WS / "users.txt").read_text().split() == ["bob", "alice", "dave", "eve"]

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+set -euo pipefail
+paste -d' ' first.txt last.txt > full.txt

@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+set -euo pipefail
+grep -vE '^[[:space:]]*(#|$)' app.conf > clean.conf

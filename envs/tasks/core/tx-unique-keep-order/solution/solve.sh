@@ -1,0 +1,3 @@
+#!/usr/bin/env bash
+set -euo pipefail
+awk '!seen[$0]++' events.txt > unique.txt

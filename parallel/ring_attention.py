@@ -25,12 +25,11 @@ A model runs in this layout end to end: permute tokens, positions, segment ids a
 masks once with `to_zigzag` (host side, before sharding), pass the permuted positions to
 RoPE, and everything except attention is per-token anyway. `from_zigzag` undoes it.
 
-Masking is by positions and segment ids, as in `models/attention.py`: key s is visible to
-query t when seg[t] == seg[s] and (not causal or pos[t] >= pos[s]). The skipped half
-blocks are assumed masked, which holds when positions increase along the natural order
-within each segment (always true for plain or packed sequences). Segment id 0 has no
-special meaning here (padding is just another segment; mask it out of the loss); a query
-with no visible key returns zeros.
+Masking is by positions and segment ids, exactly as `models/attention.py` (`attend`): key
+s is visible to query t iff seg[s] != 0 and seg[t] == seg[s] and (not causal or
+pos[s] <= pos[t]); segment 0 marks padding and a query with no visible key returns zeros.
+The skipped half blocks are assumed masked, which holds when positions increase along the
+natural order within each segment (true for plain and packed sequences).
 
 Legend: B batch, T tokens (global), L local tokens (T / n), C key chunk, H query heads,
 K kv heads, G = H / K query heads per kv head, d head dim.
@@ -38,6 +37,7 @@ K kv heads, G = H / K query heads per kv head, d head dim.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -88,7 +88,7 @@ def from_zigzag(x, n: int, axis: int = 1):
 
 
 def _mask_BQC(q_pos_BQ, k_pos_BC, q_seg_BQ, k_seg_BC, causal):
-  mask = q_seg_BQ[:, :, None] == k_seg_BC[:, None, :]
+  mask = (k_seg_BC[:, None, :] != 0) & (q_seg_BQ[:, :, None] == k_seg_BC[:, None, :])
   if causal:
     mask &= q_pos_BQ[:, :, None] >= k_pos_BC[:, None, :]
   return mask[:, None, None]  # broadcast over K, G
@@ -108,12 +108,11 @@ def _chunked(kv_arrays, chunk):
 
 def _block_fwd(acc, q_BQKGd, q_pos_BQ, q_seg_BQ, kv, *, causal, chunk, scale):
   """Folds one K/V block into the running (o, m, l), key chunk by key chunk."""
-  q_pos = q_pos_BQ
 
   def step(acc, kv_c):
     o_BQKGd, m_BKGQ, l_BKGQ = acc
     k_BCKd, v_BCKd, k_pos_BC, k_seg_BC = kv_c
-    mask = _mask_BQC(q_pos, k_pos_BC, q_seg_BQ, k_seg_BC, causal)
+    mask = _mask_BQC(q_pos_BQ, k_pos_BC, q_seg_BQ, k_seg_BC, causal)
     s_BKGQC = jnp.where(mask, _scores(q_BQKGd, k_BCKd, scale), _NEG)
     m_new = jnp.maximum(m_BKGQ, s_BKGQC.max(-1))
     # where() keeps fully masked rows at exactly 0 instead of exp(_NEG - _NEG) = 1.
@@ -253,77 +252,90 @@ def _ring_loop(n, state, kv, step_fn, rotate, before_step=lambda s: s):
   return step_fn(before_step(state), nxt, n - 1)
 
 
-def _make_ring(axis_name: str, n: int, causal: bool, chunk: int):
-  """The per-device ring attention with its custom (second ring) backward pass."""
-  rotate = functools.partial(_rotate, axis_name=axis_name, n=n)
+@dataclasses.dataclass(frozen=True)
+class _Ring:
+  """Static settings of one ring (hashable: a non-differentiable custom_vjp argument)."""
 
-  def split_heads(q_BLHd, k_BLKd):
+  axis_name: str
+  n: int
+  causal: bool
+  chunk: int
+  scale: float | None
+
+  def case(self, step):
+    return _case(step, self.axis_name, self.n, self.causal)
+
+  def rotate(self, tree):
+    return _rotate(tree, self.axis_name, self.n)
+
+  def split_heads(self, q_BLHd, k_BLKd):
+    """q as [B, L, K, G, d] and the keyword arguments of the block functions."""
     b, length, h, d = q_BLHd.shape
     kh = k_BLKd.shape[2]
+    scale = d**-0.5 if self.scale is None else self.scale
     return q_BLHd.reshape(b, length, kh, h // kh, d), dict(
-      causal=causal, chunk=chunk, scale=d**-0.5
+      causal=self.causal, chunk=self.chunk, scale=scale
     )
 
-  def fwd(q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL):
-    q_BLKGd, kw = split_heads(q_BLHd, k_BLKd)
-    b, length, kh, g, d = q_BLKGd.shape
-    qq = (q_BLKGd, pos_BL, seg_BL)
-    # *_like keeps the shard_map "varying" type of the inputs for the scan carries.
-    row_BKGL = jnp.moveaxis(q_BLKGd[..., 0], 1, 3)
-    acc = (
-      jnp.zeros_like(q_BLKGd, jnp.float32),
-      jnp.full_like(row_BKGL, _NEG, jnp.float32),
-      jnp.zeros_like(row_BKGL, jnp.float32),
-    )
 
-    def step(acc, kv, s):
-      return _fwd_step(acc, qq, kv, _case(s, axis_name, n, causal), **kw)
+def _ring_fwd(r: _Ring, q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL):
+  """Per-device forward ring; saves (inputs, out, log-sum-exp) for the backward ring."""
+  q_BLKGd, kw = r.split_heads(q_BLHd, k_BLKd)
+  qq = (q_BLKGd, pos_BL, seg_BL)
+  # *_like keeps the shard_map "varying" type of the inputs for the scan carries.
+  row_BKGL = jnp.moveaxis(q_BLKGd[..., 0], 1, 3)
+  acc = (
+    jnp.zeros_like(q_BLKGd, jnp.float32),
+    jnp.full_like(row_BKGL, _NEG, jnp.float32),
+    jnp.zeros_like(row_BKGL, jnp.float32),
+  )
 
-    o, m, den = _ring_loop(n, acc, [k_BLKd, v_BLKd, pos_BL, seg_BL], step, rotate)
-    safe_l = jnp.where(den > 0, den, 1.0)
-    out = (o / jnp.moveaxis(safe_l, 3, 1)[..., None]).reshape(q_BLHd.shape).astype(q_BLHd.dtype)
-    lse_BKGL = jnp.where(den > 0, m + jnp.log(safe_l), 0.0)
-    return out, (q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL, out, lse_BKGL)
+  def step(acc, kv, s):
+    return _fwd_step(acc, qq, kv, r.case(s), **kw)
 
-  def bwd(res, do_BLHd):
-    q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL, out_BLHd, lse_BKGL = res
-    q_BLKGd, kw = split_heads(q_BLHd, k_BLKd)
-    do_BLKGd = do_BLHd.reshape(q_BLKGd.shape)
-    delta = jnp.sum(do_BLKGd.astype(jnp.float32) * out_BLHd.reshape(q_BLKGd.shape), -1)
-    delta_BKGL = jnp.moveaxis(delta, 1, 3)
-    qq = (q_BLKGd, pos_BL, seg_BL)
+  o, m, den = _ring_loop(r.n, acc, [k_BLKd, v_BLKd, pos_BL, seg_BL], step, r.rotate)
+  safe = jnp.where(den > 0, den, 1.0)
+  out = (o / jnp.moveaxis(safe, 3, 1)[..., None]).reshape(q_BLHd.shape).astype(q_BLHd.dtype)
+  lse_BKGL = jnp.where(den > 0, m + jnp.log(safe), 0.0)
+  return out, (q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL, out, lse_BKGL)
 
-    def step(state, kv, s):
-      dq, dk, dv = state
-      dq_s, dk_s, dv_s = _bwd_step(
-        qq, do_BLKGd, lse_BKGL, delta_BKGL, kv, _case(s, axis_name, n, causal), **kw
-      )
-      return dq + dq_s, dk + dk_s, dv + dv_s
 
-    f32_zeros = lambda x: jnp.zeros_like(x, jnp.float32)
-    state = (f32_zeros(q_BLKGd), f32_zeros(k_BLKd), f32_zeros(v_BLKd))
-    # dK/dV travel with their K/V block: one hop before each later step, one to get home.
-    hop = lambda st: (st[0], *rotate(st[1:]))
-    kv = [k_BLKd, v_BLKd, pos_BL, seg_BL]
-    dq, dk, dv = (
-      hop(_ring_loop(n, state, kv, step, rotate, before_step=hop))
-      if n > 1
-      else (_ring_loop(n, state, kv, step, rotate))
-    )
-    return (
-      dq.reshape(q_BLHd.shape).astype(q_BLHd.dtype),
-      dk.astype(k_BLKd.dtype),
-      dv.astype(v_BLKd.dtype),
-      None,
-      None,
-    )
+def _ring_bwd(r: _Ring, res, do_BLHd):
+  """Per-device backward ring: dQ stays home, dK/dV travel with their K/V block."""
+  q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL, out_BLHd, lse_BKGL = res
+  q_BLKGd, kw = r.split_heads(q_BLHd, k_BLKd)
+  do_BLKGd = do_BLHd.reshape(q_BLKGd.shape)
+  delta = jnp.sum(do_BLKGd.astype(jnp.float32) * out_BLHd.reshape(q_BLKGd.shape), -1)
+  delta_BKGL = jnp.moveaxis(delta, 1, 3)
+  qq = (q_BLKGd, pos_BL, seg_BL)
 
-  @jax.custom_vjp
-  def ring(q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL):
-    return fwd(q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL)[0]
+  def step(state, kv, s):
+    grads = _bwd_step(qq, do_BLKGd, lse_BKGL, delta_BKGL, kv, r.case(s), **kw)
+    return tuple(a + b for a, b in zip(state, grads, strict=True))
 
-  ring.defvjp(fwd, bwd)
-  return ring
+  zeros = tuple(jnp.zeros_like(x, jnp.float32) for x in (q_BLKGd, k_BLKd, v_BLKd))
+  # One hop of dK/dV before each later step (to meet their K/V), one more to get home.
+  hop = lambda st: (st[0], *r.rotate(st[1:]))
+  kv = [k_BLKd, v_BLKd, pos_BL, seg_BL]
+  dq, dk, dv = _ring_loop(r.n, zeros, kv, step, r.rotate, before_step=hop)
+  if r.n > 1:
+    dq, dk, dv = hop((dq, dk, dv))
+  return (
+    dq.reshape(q_BLHd.shape).astype(q_BLHd.dtype),
+    dk.astype(k_BLKd.dtype),
+    dv.astype(v_BLKd.dtype),
+    None,  # positions and segment ids are integers: no cotangent
+    None,
+  )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _ring(r: _Ring, q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL):
+  """The per-device body of ring attention (inside shard_map)."""
+  return _ring_fwd(r, q_BLHd, k_BLKd, v_BLKd, pos_BL, seg_BL)[0]
+
+
+_ring.defvjp(_ring_fwd, _ring_bwd)
 
 
 def _specs(mesh, axis_name, rules):
@@ -367,6 +379,7 @@ def ring_attention(
   causal: bool = True,
   axis_name: str = "sequence",
   chunk: int = 512,
+  scale: float | None = None,
   rules=None,
 ):
   """Self-attention with the sequence sharded over `axis_name`, inputs in zig-zag layout.
@@ -376,10 +389,11 @@ def ring_attention(
     mesh: the device mesh; defaults to the one active in `parallel.rules.use_mesh_rules`.
     positions_BT: positions of the tokens (zig-zag order); default: the natural positions
       `zigzag_indices(T, n)`, i.e. one unpacked sequence per row.
-    segment_ids_BT: packed-sequence ids; a key is visible only within its segment.
+    segment_ids_BT: packed-sequence ids, 0 = padding (default: all ones).
     causal: causal mask by position.
     axis_name: the ring's mesh axis. Batch and heads are sharded by the rules table.
     chunk: keys per inner step; the live score block is (T / n) x chunk per device.
+    scale: score scale, 1/sqrt(d) by default.
     rules: logical-axis rules (default: the active ones).
 
   Returns:
@@ -398,11 +412,14 @@ def ring_attention(
   if positions_BT is None:
     positions_BT = jnp.broadcast_to(jnp.asarray(zigzag_indices(t, n), jnp.int32), (b, t))
   if segment_ids_BT is None:
-    segment_ids_BT = jnp.zeros((b, t), jnp.int32)
+    segment_ids_BT = jnp.ones((b, t), jnp.int32)
   q_spec, kv_spec, bt_spec = _specs(mesh, axis_name, rules)
-  ring = _make_ring(axis_name, n, causal, _pick_chunk(t // (2 * n), chunk))
+  ring = _Ring(axis_name, n, causal, _pick_chunk(t // (2 * n), chunk), scale)
   fn = jax.shard_map(
-    ring, mesh=mesh, in_specs=(q_spec, kv_spec, kv_spec, bt_spec, bt_spec), out_specs=q_spec
+    functools.partial(_ring, ring),
+    mesh=mesh,
+    in_specs=(q_spec, kv_spec, kv_spec, bt_spec, bt_spec),
+    out_specs=q_spec,
   )
   args = (q_BTHd, k_BTKd, v_BTKd, positions_BT.astype(jnp.int32), segment_ids_BT.astype(jnp.int32))
   specs = (q_spec, kv_spec, kv_spec, bt_spec, bt_spec)

@@ -116,6 +116,10 @@ def test_hand_case_running_mean():
   out = ra.ring_attention(ra.to_zigzag(q, 8), ra.to_zigzag(q, 8), ra.to_zigzag(v, 8), mesh=mesh)
   expected = np.cumsum(v, axis=1) / np.arange(1, t + 1)[None, :, None, None]
   np.testing.assert_allclose(ra.from_zigzag(np.asarray(out), 8), expected, **TOL)
+  # So does scale=0 with any q and k.
+  qk = ra.to_zigzag(np.random.default_rng(0).standard_normal((1, t, 1, 2), np.float32), 8)
+  out = ra.ring_attention(qk, qk, ra.to_zigzag(v, 8), mesh=mesh, scale=0.0)
+  np.testing.assert_allclose(ra.from_zigzag(np.asarray(out), 8), expected, **TOL)
 
 
 @pytest.mark.parametrize(

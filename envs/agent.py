@@ -425,7 +425,7 @@ class _Runner:
   def _fit_context(self) -> bool:
     """Elides old observations when the next turn would not fit; False if it cannot fit."""
     cfg, seg = self.cfg, self.segments[-1]
-    room = lambda n: n + min(cfg.max_new_tokens, 16) <= cfg.max_context_tokens
+    room = lambda n: n + cfg.max_new_tokens <= cfg.max_context_tokens
     if room(len(seg.tokens)):
       return True
     marker = self.fmt.observation(ELIDED)

@@ -133,6 +133,9 @@ def rollout_metrics(groups: list[Group]) -> dict:
   gen = [r["generated_tokens"] for r in rows]
   out["episode/generated_tokens"] = float(np.mean(gen))
   out["episode/turns"] = float(np.mean([r["num_turns"] for r in rows]))
+  out["episode/tool_error_frac"] = float(
+    sum(r["tool_errors"] for r in rows) / max(1, sum(r["num_turns"] for r in rows))
+  )
   out["episode/finished_frac"] = float(np.mean([r["finish_reason"] == "finish" for r in rows]))
   out["sandbox/env_s"] = float(np.mean([r["env_s"] for r in rows]))
   out["sandbox/verify_s"] = float(np.mean([r["verify_s"] for r in rows]))

@@ -129,6 +129,7 @@ def episode_row(task, group_id: int, sample: int, out: Outcome) -> dict:
     finish_reason=ep.finish_reason,
     infra_error=out.infra_error or ep.infra_error,
     num_turns=len(ep.turns),
+    tool_errors=sum(t.error is not None for t in ep.turns),
     generated_tokens=ep.generated_tokens,
     min_version=min(versions) if versions else -1,
     max_version=max(versions) if versions else -1,

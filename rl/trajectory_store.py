@@ -44,6 +44,7 @@ SCHEMA = pa.schema(
     ("finish_reason", pa.string()),
     ("infra_error", pa.string()),
     ("num_turns", pa.int32()),
+    ("tool_errors", pa.int32()),  # turns whose tool call was malformed
     ("generated_tokens", pa.int32()),
     ("min_version", pa.int32()),
     ("max_version", pa.int32()),

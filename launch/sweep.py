@@ -1,0 +1,177 @@
+r"""A grid of config overrides -> one training run each -> a results table and a plot.
+
+  python -m launch.sweep --config=configs/toy.py --workdir=/tmp/sweep \
+      --grid=train.optim.lr=3e-4,1e-3 --grid=rollout.group_size=4,8 [--set=loop.steps=20]
+
+Every combination of the `--grid` values runs `python -m launch.train` in its own process and
+workdir (`WORKDIR/<name>`), `--set` overrides apply to all runs. A run that already finished
+(its summary.json exists) is not run again, so a sweep can be resumed. Results:
+WORKDIR/results.csv, WORKDIR/results.md (one row per run: overrides, final and best eval /
+train pass rate, steps, wall time) and WORKDIR/results.png (pass-rate curves of every run).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+_CONFIG = flags.DEFINE_string("config", None, "Config file (configs/*.py), as for launch.train.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory; one sub-directory per run.")
+_GRID = flags.DEFINE_multi_string("grid", [], "key=v1,v2,... (a config path and its values).")
+_SET = flags.DEFINE_multi_string("set", [], "key=value applied to every run.")
+_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once.")
+
+
+def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
+  out = []
+  for spec in specs:
+    key, sep, values = spec.partition("=")
+    if not sep or not key or not values:
+      raise ValueError(f"--grid {spec!r}: expected key=v1,v2,...")
+    out.append((key.strip(), [v.strip() for v in values.split(",")]))
+  return out
+
+
+def combinations(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
+  keys = [k for k, _ in grid]
+  return [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*(v for _, v in grid))]
+
+
+def run_name(overrides: dict[str, str]) -> str:
+  if not overrides:
+    return "base"
+  parts = [f"{k.split('.')[-1]}={v}" for k, v in overrides.items()]
+  return re.sub(r"[^A-Za-z0-9_.=,-]", "_", ",".join(parts))
+
+
+def command(config: str, workdir: pathlib.Path, overrides: dict[str, str]) -> list[str]:
+  return [
+    sys.executable,
+    "-m",
+    "launch.train",
+    f"--config={config}",
+    f"--workdir={workdir}",
+    *[f"--config.{k}={v}" for k, v in overrides.items()],
+  ]
+
+
+def _result(run_dir: pathlib.Path, overrides: dict, wall_s: float, rc: int) -> dict:
+  from rl.telemetry import read_metrics, series
+
+  row = {"run": run_dir.name, **overrides, "returncode": rc, "wall_s": round(wall_s, 1)}
+  summary = run_dir / "summary.json"
+  if summary.exists():
+    s = json.loads(summary.read_text())
+    row.update(step=s["step"], eval_first=s["eval_first"], eval_last=s["eval_last"])
+  recs = read_metrics(run_dir)
+  for key, name in (("pass_rate/overall", "train_pass"), ("eval/pass_rate/overall", "eval_pass")):
+    _, v = series(recs, key)
+    if len(v):
+      row[f"{name}_last"] = round(float(v[-1]), 4)
+      row[f"{name}_best"] = round(float(v.max()), 4)
+  return row
+
+
+def run_sweep(config: str, workdir: str, grid, common: dict[str, str], parallel: int = 1):
+  """Runs every combination; returns the result rows (also written as csv/md/png)."""
+  root = pathlib.Path(workdir)
+  root.mkdir(parents=True, exist_ok=True)
+  jobs = []
+  for combo in combinations(grid):
+    run_dir = root / run_name(combo)
+    jobs.append((run_dir, combo, command(config, run_dir, {**common, **combo})))
+  rows, running = [], []
+  env = dict(os.environ)
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", str(root / ".jax_cache"))
+  pending = list(jobs)
+  while pending or running:
+    while pending and len(running) < parallel:
+      run_dir, combo, cmd = pending.pop(0)
+      if (run_dir / "summary.json").exists():
+        rows.append(_result(run_dir, combo, 0.0, 0))
+        continue
+      run_dir.mkdir(parents=True, exist_ok=True)
+      log = open(run_dir / "train.log", "w")
+      print(f"[sweep] {run_dir.name}: {' '.join(cmd[1:])}", flush=True)
+      running.append(
+        (
+          subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
+          run_dir,
+          combo,
+          time.monotonic(),
+          log,
+        )
+      )
+    for item in list(running):
+      proc, run_dir, combo, t0, log = item
+      if proc.poll() is not None:
+        log.close()
+        running.remove(item)
+        rows.append(_result(run_dir, combo, time.monotonic() - t0, proc.returncode))
+        print(f"[sweep] {run_dir.name}: exit {proc.returncode}", flush=True)
+    time.sleep(0.2)
+  rows.sort(key=lambda r: [j[0].name for j in jobs].index(r["run"]))
+  write_results(root, rows, [j[0] for j in jobs])
+  return rows
+
+
+def write_results(root: pathlib.Path, rows: list[dict], run_dirs) -> None:
+  cols = list(dict.fromkeys(k for r in rows for k in r))
+  with open(root / "results.csv", "w", newline="") as f:
+    w = csv.DictWriter(f, cols)
+    w.writeheader()
+    w.writerows(rows)
+  lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+  lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+  (root / "results.md").write_text("\n".join(lines) + "\n")
+  _plot(root, run_dirs)
+
+
+def _plot(root: pathlib.Path, run_dirs) -> None:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  from rl.telemetry import read_metrics, series
+
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+  for d in run_dirs:
+    recs = read_metrics(d)
+    for ax, key in zip(axes, ("pass_rate/overall", "eval/pass_rate/overall"), strict=True):
+      s, v = series(recs, key)
+      if len(s):
+        ax.plot(s, v, marker=".", label=d.name)
+  for ax, title in zip(axes, ("train pass rate", "held-out pass rate"), strict=True):
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+      ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(root / "results.png", dpi=90)
+  plt.close(fig)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  common = dict(kv.split("=", 1) for kv in _SET.value)
+  rows = run_sweep(_CONFIG.value, _WORKDIR.value, parse_grid(_GRID.value), common, _PARALLEL.value)
+  print((pathlib.Path(_WORKDIR.value) / "results.md").read_text())
+  if any(r["returncode"] for r in rows):
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)

@@ -1,0 +1,404 @@
+"""Shared machinery of the backends: owner tags, the live registry and teardown on exit or
+signal, pipe pumping with an output cap, and file operations done with tar *inside* the sandbox.
+
+File operations run as the sandbox user inside the sandbox (tar, cat, sh), never as host root
+on a path the sandbox controls, so a symlink planted by the agent cannot reach the host.
+Snapshots are tar files on the host (ids are their paths): any sandbox of either backend can
+restore one while the sandbox that took it is open.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import itertools
+import os
+import pathlib
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+
+from envs.sandbox.base import ExecResult, Sandbox, SandboxError
+
+LIFETIME_GRACE_S = 60.0  # a sandbox outlives its episode by this much (grading, snapshots)
+HOME_MB = 64  # $HOME is a tmpfs of this size
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# pid 1 of every sandbox (bash): reaps orphans (it is their parent, and `wait` reaps all),
+# ignores every signal (pid 1 cannot even be SIGKILLed from inside its pid namespace), signals
+# readiness on fd $1 if given, and exits after $2 seconds: the sandbox's hard end of life.
+INIT_SCRIPT = (
+  "trap '' INT TERM HUP QUIT USR1 USR2 PIPE ALRM TSTP TTIN TTOU; "
+  'if [ -n "$1" ]; then printf x >&"$1"; eval "exec $1>&-"; fi; end=$((SECONDS + $2)); '
+  "while [ $SECONDS -lt $end ]; do sleep $((end - SECONDS)) & wait $!; done"
+)
+
+
+def sandbox_env(spec, home: str, tag: str) -> dict[str, str]:
+  """The environment of every exec: fixed basics, the exec's kill tag, then spec.env."""
+  env = {"PATH": PATH, "HOME": home, "USER": spec.user, "LOGNAME": spec.user}
+  env.update(SHELL="/bin/bash", LANG="C.UTF-8", TERM="dumb", AGENTRL_EXEC=tag)
+  env.update(dict(spec.env))
+  return env
+
+
+# ---------------------------------------------------------------------------------------------
+# Owners: a tag that names this process unambiguously (pid + start time), to reap orphans.
+
+
+def _start_time(pid: int) -> str | None:
+  try:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+  except OSError:
+    return None
+  return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_tag(pid: int | None = None) -> str:
+  pid = pid or os.getpid()
+  return f"{pid}.{_start_time(pid)}"
+
+
+def owner_alive(tag: str) -> bool:
+  pid, _, start = tag.partition(".")
+  if not pid.isdigit():
+    return True  # not ours: leave it alone
+  return _start_time(int(pid)) == start
+
+
+def machine_id() -> str:
+  """Host name + boot id: Docker labels are only reaped by processes of the same boot."""
+  boot = pathlib.Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+  return f"{socket.gethostname()}/{boot}"
+
+
+def runtime_root() -> pathlib.Path:
+  """Host folder for per-sandbox state (snapshots); one per user."""
+  base = os.environ.get("AGENTRL_RUNTIME") or os.path.join(
+    tempfile.gettempdir(), f"agentrl-run-{os.geteuid()}"
+  )
+  p = pathlib.Path(base)
+  p.mkdir(mode=0o700, parents=True, exist_ok=True)
+  return p
+
+
+_SEQ = itertools.count(1)
+
+
+def unique_name() -> str:
+  """`<owner tag>-<n>`: unique on the machine; the owner tag is everything before the last '-'."""
+  return f"{owner_tag()}-{next(_SEQ)}"
+
+
+def reap_stale_state() -> int:
+  n = 0
+  for d in runtime_root().iterdir():
+    if d.is_dir() and not owner_alive(d.name.rsplit("-", 1)[0]):
+      shutil.rmtree(d, ignore_errors=True)
+      n += 1
+  return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry of live sandboxes and teardown on exit, SIGINT and SIGTERM.
+
+_LIVE: set[Sandbox] = set()
+_LIVE_LOCK = threading.Lock()
+_INSTALLED = False
+
+
+def register(sb: Sandbox) -> None:
+  install_teardown()
+  with _LIVE_LOCK:
+    _LIVE.add(sb)
+
+
+def unregister(sb: Sandbox) -> None:
+  with _LIVE_LOCK:
+    _LIVE.discard(sb)
+
+
+def live() -> list[Sandbox]:
+  with _LIVE_LOCK:
+    return list(_LIVE)
+
+
+def close_all() -> None:
+  """Closes every live sandbox of this process (in parallel: Docker removal is slow)."""
+  boxes = live()
+  threads = [threading.Thread(target=_close_quietly, args=(b,), daemon=True) for b in boxes]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(timeout=60)
+
+
+def _close_quietly(sb: Sandbox) -> None:
+  try:
+    sb.close()
+  except Exception:  # noqa: BLE001 (teardown must go on for the others)
+    pass
+
+
+def _chain(sig: int, prev):
+  def handler(signum, frame):
+    close_all()
+    if callable(prev):
+      prev(signum, frame)
+    elif prev == signal.SIG_DFL:
+      signal.signal(signum, signal.SIG_DFL)
+      os.kill(os.getpid(), signum)
+
+  return handler
+
+
+def install_teardown() -> None:
+  """atexit + SIGINT/SIGTERM handlers that close all sandboxes, then chain to the previous."""
+  global _INSTALLED
+  if _INSTALLED:
+    return
+  _INSTALLED = True
+  atexit.register(close_all)
+  if threading.current_thread() is not threading.main_thread():
+    return  # signal handlers can only be set from the main thread; atexit still covers exit
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    prev = signal.getsignal(sig)
+    if prev not in (signal.SIG_IGN, None):
+      signal.signal(sig, _chain(sig, prev))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pumping pipes without deadlock, with a per-stream cap.
+
+
+class Capped:
+  """Keeps the first `cap` bytes of a stream; counts (and drops) the rest."""
+
+  def __init__(self, cap: int | None):
+    self.cap, self.buf, self.dropped = cap, bytearray(), 0
+
+  def add(self, data: bytes) -> None:
+    if self.cap is None:
+      self.buf += data
+      return
+    room = self.cap - len(self.buf)
+    if room > 0:
+      self.buf += data[:room]
+    self.dropped += max(0, len(data) - max(room, 0))
+
+
+def pump(
+  proc: subprocess.Popen,
+  sinks: dict[int, Capped],
+  stdin: bytes | None,
+  deadline: float,
+  grace_s: float = 0.1,
+) -> bool:
+  """Feeds `stdin`, reads the fds in `sinks` until EOF (or `grace_s` after the process exits:
+  a background child may hold a pipe open) or `deadline`. True if the deadline was hit."""
+  sel = selectors.DefaultSelector()
+  for fd in sinks:
+    os.set_blocking(fd, False)
+    sel.register(fd, selectors.EVENT_READ)
+  pidfd = os.pidfd_open(proc.pid)
+  sel.register(pidfd, selectors.EVENT_READ)
+  view, win = memoryview(stdin or b""), None
+  if stdin is not None and proc.stdin is not None:
+    win = proc.stdin.fileno()
+    os.set_blocking(win, False)
+    sel.register(win, selectors.EVENT_WRITE) if view else proc.stdin.close()
+  exited_at, readers = None, len(sinks)
+  try:
+    while readers:
+      now = time.monotonic()
+      end = deadline if exited_at is None else min(deadline, exited_at + grace_s)
+      if now >= end:
+        return now >= deadline
+      for key, _ in sel.select(end - now):
+        fd = key.fd
+        if fd == pidfd:
+          exited_at = time.monotonic()
+          sel.unregister(pidfd)
+        elif fd == win:
+          try:
+            view = view[os.write(win, view[: 1 << 16]) :]
+          except BrokenPipeError:
+            view = view[:0]
+          if not view:
+            sel.unregister(win)
+            proc.stdin.close()
+            win = None
+        else:
+          data = os.read(fd, 1 << 16)
+          if data:
+            sinks[fd].add(data)
+          else:
+            sel.unregister(fd)
+            readers -= 1
+    return False
+  finally:
+    os.close(pidfd)
+    sel.close()
+    if win is not None:
+      proc.stdin.close()
+
+
+def make_result(rc, out: Capped, err: Capped, timed_out, t0, oom=False) -> ExecResult:
+  return ExecResult(
+    exit_code=rc,
+    stdout=out.buf.decode("utf-8", "replace"),
+    stderr=err.buf.decode("utf-8", "replace"),
+    timed_out=timed_out,
+    truncated=bool(out.dropped or err.dropped),
+    duration_s=time.monotonic() - t0,
+    oom_killed=oom,
+  )
+
+
+def normalize_rc(rc: int) -> int:
+  """Popen's -N (killed by signal N) as the shell's 128+N."""
+  return 128 - rc if rc < 0 else rc
+
+
+# ---------------------------------------------------------------------------------------------
+# File operations with tar/sh inside the sandbox (both backends).
+
+_WRITE = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
+_READ = '[ -e "$1" ] || exit 3; [ -d "$1" ] && exit 4; exec cat -- "$1"'
+_UNTAR = 'mkdir -p -- "$1" && exec tar -C "$1" -xpf - --no-same-owner --no-overwrite-dir'
+_TAR_OUT = 'cd -- "$(dirname -- "$1")" && exec tar -cf - -- "$(basename -- "$1")"'
+_RESTORE = (
+  'for d; do chmod -R u+rwX -- "$d" 2>/dev/null; '
+  'find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + ; done; '
+  "exec tar -C / -xpf - --no-same-owner --no-overwrite-dir"
+)
+
+
+class TarFileOps:
+  """write_file/read_file/upload/download/snapshot/restore over a backend's `_run`.
+
+  `_run(argv, stdin, stdout, timeout_s) -> (rc, stdout_bytes, stderr_bytes)` runs argv as
+  the sandbox user in the workdir; stdin is bytes, a binary file or None; stdout a binary
+  file (then stdout_bytes is empty) or None. It raises SandboxError on infrastructure failure.
+  """
+
+  spec: object
+  home: str
+  _snap_dir: pathlib.Path | None = None
+  _snap_seq = 0
+
+  def _abs(self, path: str) -> str:
+    p = path if path.startswith("/") else os.path.join(self.spec.workdir, path)
+    return os.path.normpath(p)
+
+  def writable_roots(self) -> list[str]:
+    roots = sorted({os.path.normpath(p) for p in (self.spec.workdir, "/tmp", self.home)})
+    return [r for r in roots if not any(r != o and r.startswith(o + "/") for o in roots)]
+
+  def _io_timeout(self) -> float:
+    return max(120.0, self.spec.exec_timeout_s)
+
+  def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+    if isinstance(data, str):
+      data = data.encode()
+    self._write_stream(self._abs(path), data, mode)
+
+  def _write_stream(self, path: str, data, mode: int) -> None:
+    rc, _, err = self._run(["/bin/sh", "-c", _WRITE, "sh", path, f"{mode & 0o7777:o}"], data)
+    if rc != 0:
+      raise OSError(f"write_file {path}: {err.decode(errors='replace').strip()} (exit {rc})")
+
+  def read_file(self, path: str) -> bytes:
+    path = self._abs(path)
+    rc, out, err = self._run(["/bin/sh", "-c", _READ, "sh", path])
+    if rc == 3:
+      raise FileNotFoundError(path)
+    if rc == 4:
+      raise IsADirectoryError(path)
+    if rc != 0:
+      raise OSError(f"read_file {path}: {err.decode(errors='replace').strip()} (exit {rc})")
+    return out
+
+  def upload(self, host_path: str, sandbox_path: str) -> None:
+    """Copies a host file to `sandbox_path`, or a host folder's contents into that folder."""
+    dst = self._abs(sandbox_path)
+    src = pathlib.Path(host_path)
+    if src.is_file():
+      with open(src, "rb") as f:
+        return self._write_stream(dst, f, src.stat().st_mode)
+    if not src.is_dir():
+      raise FileNotFoundError(host_path)
+    tar = subprocess.Popen(
+      ["tar", "-C", str(src), "-cf", "-", "--owner=0", "--group=0", "--numeric-owner", "."],
+      stdout=subprocess.PIPE,
+    )
+    try:
+      rc, _, err = self._run(["/bin/sh", "-c", _UNTAR, "sh", dst], tar.stdout)
+    finally:
+      tar.stdout.close()
+      tar.wait()
+    if rc != 0 or tar.returncode != 0:
+      raise OSError(f"upload {host_path} -> {dst}: {err.decode(errors='replace').strip()}")
+
+  def download(self, sandbox_path: str, host_path: str) -> None:
+    """Copies a sandbox file or folder to `host_path` (a folder merges into an existing one)."""
+    src = self._abs(sandbox_path)
+    dest = pathlib.Path(host_path).absolute()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".agentrl-dl-") as tmp:
+      with open(os.path.join(tmp, "x.tar"), "w+b") as f:
+        rc, _, err = self._run(["/bin/sh", "-c", _TAR_OUT, "sh", src], None, f)
+        if rc != 0:
+          raise FileNotFoundError(f"download {src}: {err.decode(errors='replace').strip()}")
+        f.seek(0)
+        with tarfile.open(fileobj=f) as tf:  # untrusted archive: the "data" filter
+          tf.extractall(os.path.join(tmp, "x"), filter="data")
+      got = pathlib.Path(tmp, "x", os.path.basename(src) or ".")
+      if got.is_dir() and dest.is_dir():
+        shutil.copytree(got, dest, symlinks=True, dirs_exist_ok=True)
+      else:
+        os.replace(got, dest)
+
+  def snapshot(self) -> str:
+    if self._snap_dir is None:
+      self._snap_dir = pathlib.Path(
+        tempfile.mkdtemp(prefix=unique_name() + "-", dir=runtime_root())
+      )
+    self._snap_seq += 1
+    path = self._snap_dir / f"snap-{self._snap_seq}.tar"
+    rel = [r.lstrip("/") for r in self.writable_roots()]
+    with open(path, "wb") as f:
+      rc, _, err = self._run(
+        ["tar", "-C", "/", "-cf", "-", "--", *rel], None, f, self._io_timeout()
+      )
+    if rc not in (0, 1):  # 1: a file changed while being read (a background writer)
+      raise SandboxError(f"snapshot failed (exit {rc}): {err.decode(errors='replace')[-2000:]}")
+    return str(path)
+
+  def restore(self, snapshot_id: str) -> None:
+    if not os.path.isfile(snapshot_id):
+      raise KeyError(f"unknown snapshot {snapshot_id!r} (closed sandbox or wrong id)")
+    with open(snapshot_id, "rb") as f:
+      argv = ["/bin/sh", "-c", _RESTORE, "sh", *self.writable_roots()]
+      rc, _, err = self._run(argv, f, None, self._io_timeout())
+    if rc != 0:
+      raise SandboxError(f"restore failed (exit {rc}): {err.decode(errors='replace')[-2000:]}")
+
+  def _drop_snapshots(self) -> None:
+    if self._snap_dir is not None:
+      shutil.rmtree(self._snap_dir, ignore_errors=True)
+
+
+def read_all(f) -> bytes:
+  """Reads a binary stream (for backends that must send stdin themselves)."""
+  if isinstance(f, bytes | bytearray | memoryview):
+    return bytes(f)
+  out = io.BytesIO()
+  shutil.copyfileobj(f, out)
+  return out.getvalue()

@@ -271,12 +271,16 @@ def normalize_rc(rc: int) -> int:
 
 _WRITE = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" -- "$1"'
 _READ = '[ -e "$1" ] || exit 3; [ -d "$1" ] && exit 4; exec cat -- "$1"'
-_UNTAR = 'mkdir -p -- "$1" && exec tar -C "$1" -xpf - --no-same-owner --no-overwrite-dir'
+# Archives hold a folder's *contents*, never the folder itself: its own mode/owner differ per
+# backend (/tmp is root-owned under Docker) and tar would fail to restore them.
+_UNTAR = 'mkdir -p -- "$1" && exec tar -C "$1" -xpf - --no-same-owner'
+_SNAPSHOT = 'cd / && find "$@" -mindepth 1 -maxdepth 1 -print0 | tar -cf - --null -T -'
+_HOST_TAR = "find . -mindepth 1 -maxdepth 1 -print0 | tar -cf - --null -T - --owner=0 --group=0"
 _TAR_OUT = 'cd -- "$(dirname -- "$1")" && exec tar -cf - -- "$(basename -- "$1")"'
 _RESTORE = (
   'for d; do chmod -R u+rwX -- "$d" 2>/dev/null; '
   'find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + ; done; '
-  "exec tar -C / -xpf - --no-same-owner --no-overwrite-dir"
+  "exec tar -C / -xpf - --no-same-owner"
 )
 
 
@@ -334,10 +338,7 @@ class TarFileOps:
         return self._write_stream(dst, f, src.stat().st_mode)
     if not src.is_dir():
       raise FileNotFoundError(host_path)
-    tar = subprocess.Popen(
-      ["tar", "-C", str(src), "-cf", "-", "--owner=0", "--group=0", "--numeric-owner", "."],
-      stdout=subprocess.PIPE,
-    )
+    tar = subprocess.Popen(["/bin/sh", "-c", _HOST_TAR], cwd=src, stdout=subprocess.PIPE)
     try:
       rc, _, err = self._run(["/bin/sh", "-c", _UNTAR, "sh", dst], tar.stdout)
     finally:
@@ -374,9 +375,8 @@ class TarFileOps:
     path = self._snap_dir / f"snap-{self._snap_seq}.tar"
     rel = [r.lstrip("/") for r in self.writable_roots()]
     with open(path, "wb") as f:
-      rc, _, err = self._run(
-        ["tar", "-C", "/", "-cf", "-", "--", *rel], None, f, self._io_timeout()
-      )
+      argv = ["/bin/sh", "-c", _SNAPSHOT, "sh", *rel]
+      rc, _, err = self._run(argv, None, f, self._io_timeout())
     if rc not in (0, 1):  # 1: a file changed while being read (a background writer)
       raise SandboxError(f"snapshot failed (exit {rc}): {err.decode(errors='replace')[-2000:]}")
     return str(path)

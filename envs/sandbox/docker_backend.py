@@ -1,0 +1,359 @@
+"""The Docker backend (docker SDK; the local daemon or DOCKER_HOST).
+
+A sandbox is one container of the task image (`agentrl-task:<id>`): read-only root, tmpfs
+workspace, /tmp, /dev/shm and $HOME with size caps, no network, all capabilities dropped,
+no-new-privileges, a non-root user, memory/CPU/pids limits. pid 1 is the same signal-proof
+bash loop as bubblewrap's, so the container cannot be ended from inside and expires by itself
+after its episode (a safety net if this process is SIGKILLed). Every container carries the
+label `agentrl.sandbox=1` and its owner (machine, pid, start time): orphans of dead owners on
+this machine are reaped at start-up and at exit.
+
+An exec runs `timeout -s KILL` inside (its whole process group dies at the limit), then a
+second pass kills any process that inherited the exec's AGENTRL_EXEC tag (a setsid escapee).
+The exit status comes back as a nonce-tagged line on stderr, so an exec returns when its
+command exits even if a background child keeps the output stream open.
+"""
+
+from __future__ import annotations
+
+import atexit
+import secrets
+import selectors
+import signal
+import socket
+import struct
+import threading
+import time
+
+from envs.sandbox import common
+from envs.sandbox import image as image_lib
+from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+
+LABEL = "agentrl.sandbox"
+OWNER = "agentrl.owner"
+_WRAP = 'timeout -s KILL "$2" /bin/bash -lc "$3"; rc=$?; printf "%s %d\\n" "$1" "$rc" >&2'
+_KILL_TAG = (
+  'for i in 1 2 3; do for p in /proc/[0-9]*; do [ "${p#/proc/}" = $$ ] && continue; '
+  'grep -qsz "^AGENTRL_EXEC=$1\\$" "$p/environ" && kill -9 "${p#/proc/}" 2>/dev/null; '
+  "done; done; true"
+)
+_OOM = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
+_PIDS = (
+  "cat /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current 2>/dev/null; "
+  "cat /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events 2>/dev/null"
+)
+
+_CLIENT = None
+_CLIENT_LOCK = threading.Lock()
+
+
+def client():
+  """The process's Docker client (pinged once); SandboxError if no daemon answers."""
+  global _CLIENT
+  with _CLIENT_LOCK:
+    if _CLIENT is None:
+      import docker  # noqa: PLC0415 (slow import, only when Docker is used)
+
+      try:
+        c = docker.from_env(timeout=120, max_pool_size=64)
+        c.ping()
+      except Exception as e:  # noqa: BLE001 (any failure: the daemon is not usable)
+        raise SandboxError(f"no reachable Docker daemon: {type(e).__name__}: {e}") from e
+      _CLIENT = c
+      reap_orphans()
+      atexit.register(reap_orphans)
+    return _CLIENT
+
+
+def reap_orphans() -> int:
+  """Removes agentrl containers of this machine whose owner process is gone."""
+  if _CLIENT is None:
+    return 0
+  me, n = common.machine_id(), 0
+  try:
+    boxes = _CLIENT.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+  except Exception:  # noqa: BLE001 (best effort at start-up/exit)
+    return 0
+  for c in boxes:
+    machine, _, owner = c["Labels"].get(OWNER, "").rpartition("|")
+    if machine == me and not common.owner_alive(owner):
+      _remove(_CLIENT.api, c["Id"])
+      n += 1
+  return n
+
+
+def _remove(api, cid: str) -> None:
+  import docker.errors  # noqa: PLC0415
+
+  try:
+    api.remove_container(cid, force=True, v=True)
+  except docker.errors.NotFound:
+    pass
+  except docker.errors.APIError as e:
+    if "already in progress" not in str(e):
+      raise
+
+
+class _Stream:
+  """Demultiplexes a hijacked exec socket (8-byte frame headers) while sending stdin."""
+
+  def __init__(self, sock, stdin):
+    self.sock, self.buf = sock, b""
+    self.sock.setblocking(False)
+    self.sender = None
+    if stdin is not None:
+      self.sender = threading.Thread(target=self._send, args=(stdin,), daemon=True)
+      self.sender.start()
+
+  def _send(self, data) -> None:
+    try:
+      self.sock.setblocking(True)  # only this thread blocks; reads use select
+      if isinstance(data, bytes | bytearray):
+        self.sock.sendall(data)
+      else:
+        while chunk := data.read(1 << 16):
+          self.sock.sendall(chunk)
+      self.sock.shutdown(socket.SHUT_WR)
+    except OSError:
+      pass  # the process exited without reading everything
+
+  def frames(self, timeout_s: float):
+    """Yields (stream, bytes) until EOF or `timeout_s`; yields (None, b'') on a timeout."""
+    sel = selectors.DefaultSelector()
+    sel.register(self.sock, selectors.EVENT_READ)
+    try:
+      if not sel.select(max(0.0, timeout_s)):
+        yield None, b""
+        return
+      try:
+        data = self.sock.recv(1 << 16)
+      except (BlockingIOError, InterruptedError):
+        return
+      if not data:
+        raise EOFError
+      self.buf += data
+      while len(self.buf) >= 8:
+        kind, size = struct.unpack(">BxxxL", self.buf[:8])
+        if len(self.buf) < 8 + size:
+          break
+        yield kind, self.buf[8 : 8 + size]
+        self.buf = self.buf[8 + size :]
+    finally:
+      sel.close()
+
+  def close(self) -> None:
+    try:
+      self.sock.close()
+    except OSError:
+      pass
+
+
+class DockerSandbox(common.TarFileOps, Sandbox):
+  """A Docker sandbox; `docker_client` defaults to docker.from_env() (DOCKER_HOST aware)."""
+
+  def __init__(self, spec: SandboxSpec, docker_client=None):
+    self.spec, self._closed, self._lock, self.id = spec, False, threading.Lock(), None
+    self.name = common.unique_name()
+    self.api = (docker_client or client()).api
+    img = image_lib.resolve(spec.image)
+    if spec.setup_script:
+      from envs.sandbox.bwrap import run_setup_script  # noqa: PLC0415
+
+      img = image_lib.with_setup(img, spec.setup_script, run_setup_script)
+    self.uid, self.gid, self.home = img.user(spec.user)
+    tag = image_lib.ensure_docker(img, docker_client or client())
+    self._end = time.monotonic() + spec.episode_timeout_s
+    self._oom_seen = 0
+    try:
+      self._create(tag)
+      common.register(self)
+      seed = img.rootfs / spec.workdir.lstrip("/")
+      if seed.is_dir() and any(seed.iterdir()):
+        self.upload(str(seed), spec.workdir)
+    except BaseException:
+      self.close()
+      raise
+
+  def _create(self, tag: str) -> None:
+    import docker.errors  # noqa: PLC0415
+
+    s, u = self.spec, f"uid={self.uid},gid={self.gid}"
+    tmpfs = {
+      s.workdir: f"size={s.disk_mb}m,{u},mode=0755,exec",
+      "/tmp": f"size={s.disk_mb}m,mode=1777,exec",
+      self.home: f"size={common.HOME_MB}m,{u},mode=0755",
+    }
+    mem = s.memory_mb << 20
+    hc = self.api.create_host_config(
+      network_mode="bridge" if s.network else "none",
+      read_only=True,
+      tmpfs=tmpfs,
+      shm_size=s.disk_mb << 20,
+      cap_drop=["ALL"],
+      security_opt=["no-new-privileges"],
+      mem_limit=mem,
+      memswap_limit=mem,
+      pids_limit=s.pids,
+      nano_cpus=int(s.cpus * 1e9),
+    )
+    life = str(int(s.episode_timeout_s + common.LIFETIME_GRACE_S))
+    owner = f"{common.machine_id()}|{common.owner_tag()}"
+    try:
+      c = self.api.create_container(
+        tag,
+        ["/bin/bash", "-c", common.INIT_SCRIPT, "init", "", life],
+        user=f"{self.uid}:{self.gid}",
+        working_dir=s.workdir,
+        hostname="sandbox",
+        labels={LABEL: "1", OWNER: owner},
+        host_config=hc,
+        network_disabled=not s.network,
+      )
+      self.id = c["Id"]
+      self.api.start(self.id)
+    except docker.errors.DockerException as e:
+      raise SandboxError(f"docker could not start a sandbox: {e}") from e
+
+  # --- exec ---------------------------------------------------------------------------------
+
+  def _check_open(self) -> None:
+    if self._closed:
+      raise SandboxError(f"sandbox {self.name} is closed")
+
+  def _start_exec(self, argv, tag: str, stdin) -> tuple[str, _Stream]:
+    import docker.errors  # noqa: PLC0415
+
+    self._check_open()
+    env = common.sandbox_env(self.spec, self.home, tag)
+    try:
+      e = self.api.exec_create(
+        self.id,
+        argv,
+        stdin=stdin is not None,
+        user=f"{self.uid}:{self.gid}",
+        workdir=self.spec.workdir,
+        environment=env,
+      )
+      sock = self.api.exec_start(e["Id"], socket=True)
+    except docker.errors.DockerException as err:
+      self._raise_infra(err)
+    return e["Id"], _Stream(getattr(sock, "_sock", sock), stdin)
+
+  def _raise_infra(self, err) -> None:
+    state = "closed" if self._closed else ("alive" if self.alive else "dead")
+    raise SandboxError(f"docker exec failed (sandbox {state}): {err}") from err
+
+  def exec(self, cmd: str, timeout_s: float | None = None, stdin: str | None = None) -> ExecResult:
+    t0 = time.monotonic()
+    timeout = self.spec.exec_timeout_s if timeout_s is None else timeout_s
+    if self._end - t0 <= 0:
+      self._check_open()
+      return ExecResult(137, "", "episode time limit reached", timed_out=True)
+    limit = min(timeout, self._end - t0)
+    nonce, tag = secrets.token_hex(8), f"{self.name}-{time.monotonic_ns()}"
+    data = stdin.encode() if isinstance(stdin, str) else stdin
+    argv = ["/bin/sh", "-c", _WRAP, "sh", nonce, f"{limit:.3f}", cmd]
+    _, stream = self._start_exec(argv, tag, data)
+    cap = self.spec.max_output_bytes
+    out, err = common.Capped(cap), common.Capped(cap)
+    rc = self._pump(stream, out, err, nonce.encode(), t0 + limit + 5.0)
+    if rc is not None and rc > 128:  # the wrapper sh reports a signal death ("Killed"): drop it
+      desc = signal.strsignal(rc - 128) or ""
+      for line in (f"{desc}\n", f"{desc} (core dumped)\n"):
+        if err.buf.endswith(line.encode()):
+          del err.buf[-len(line) :]
+    timed_out = rc is None or (rc == 137 and time.monotonic() - t0 >= limit - 0.05)
+    if timed_out:
+      self._run(["/bin/sh", "-c", _KILL_TAG, "sh", tag], timeout_s=60)
+      rc = 137
+    oom = rc == 137 and not timed_out and self._new_oom()
+    return common.make_result(rc, out, err, timed_out, t0, oom)
+
+  def _pump(self, stream: _Stream, out, err, nonce: bytes, deadline: float) -> int | None:
+    """Reads until EOF (or shortly after the exit line); the exit code, None on a timeout."""
+    rc, tail, grace_end = None, b"", None
+    try:
+      while True:
+        end = deadline if grace_end is None else min(deadline, grace_end)
+        if time.monotonic() >= end:
+          return rc
+        for kind, data in stream.frames(end - time.monotonic()):
+          if kind == 1:
+            out.add(data)
+          elif kind == 2:
+            tail = (tail + data)[-256:]
+            i = tail.find(nonce + b" ")
+            if rc is None and i >= 0 and tail.endswith(b"\n"):
+              rc = int(tail[i + len(nonce) + 1 :].split(b"\n", 1)[0])
+              data = data[: max(0, len(data) - (len(tail) - i))]
+              grace_end = time.monotonic() + 0.1
+            err.add(data)
+    except EOFError:
+      return rc
+    finally:
+      stream.close()
+
+  def _new_oom(self) -> bool:
+    rc, text, _ = self._run(["/bin/sh", "-c", _OOM])
+    n = next(
+      (int(ln.split()[1]) for ln in text.decode().splitlines() if ln.startswith("oom_kill ")), 0
+    )
+    new, self._oom_seen = n > self._oom_seen, max(n, self._oom_seen)
+    return new
+
+  def _run(self, argv, stdin=None, stdout=None, timeout_s: float | None = None):
+    """Runs argv inside as the sandbox user, uncapped (file operations); see TarFileOps."""
+    deadline = time.monotonic() + (timeout_s or self._io_timeout())
+    eid, stream = self._start_exec(argv, f"{self.name}-io", stdin)
+    out, err = common.Capped(None), common.Capped(1 << 20)
+    try:
+      while time.monotonic() < deadline:
+        for kind, data in stream.frames(deadline - time.monotonic()):
+          if kind == 1:
+            stdout.write(data) if stdout is not None else out.add(data)
+          elif kind == 2:
+            err.add(data)
+      raise SandboxError(f"file operation {argv[:3]} timed out")
+    except EOFError:
+      pass
+    finally:
+      stream.close()
+    return self._exit_code(eid), bytes(out.buf), bytes(err.buf)
+
+  def _exit_code(self, eid: str) -> int:
+    for _ in range(200):
+      info = self.api.exec_inspect(eid)
+      if not info["Running"]:
+        return int(info["ExitCode"])
+      time.sleep(0.005)
+    raise SandboxError("docker exec did not finish after its output closed")
+
+  # --- state ------------------------------------------------------------------------------
+
+  @property
+  def alive(self) -> bool:
+    if self._closed or self.id is None:
+      return False
+    try:
+      return bool(self.api.inspect_container(self.id)["State"]["Running"])
+    except Exception:  # noqa: BLE001 (a daemon error means: not usable)
+      return False
+
+  def pids_stats(self) -> tuple[int, int] | None:
+    """(tasks now, forks refused at the pids limit), read from the container's cgroup."""
+    _, text, _ = self._run(["/bin/sh", "-c", _PIDS])
+    lines = text.decode().split("\n")
+    refused = next((int(ln.split()[1]) for ln in lines if ln.startswith("max ")), 0)
+    return int(lines[0]), refused
+
+  def close(self) -> None:
+    with self._lock:
+      if self._closed:
+        return
+      self._closed = True
+    try:
+      if self.id is not None:
+        _remove(self.api, self.id)
+    finally:
+      self._drop_snapshots()
+      common.unregister(self)

@@ -102,6 +102,8 @@ class TestSpec:
   subscores: name -> test-name patterns (fnmatch) whose pass fraction is that sub-score.
   """
 
+  __test__ = False  # not a pytest class
+
   files: Files = ()
   runner: str = "pytest"
   reward: str = "binary"

@@ -69,6 +69,8 @@ class TaskPool:
     self.quarantine = Quarantine(cfg.quarantine_path) if cfg.quarantine_path else None
     self.rng = np.random.default_rng(cfg.seed)
     self.n_sampled = 0
+    self._version = 0  # bumped by update(); keys the cached sampling groups
+    self._groups_key, self._groups = None, None
     weights = dict(cfg.domain_weights)
     for d, w in weights.items():
       if w < 0:
@@ -101,6 +103,7 @@ class TaskPool:
   def update(self, task_id: str, passed: bool | float) -> None:
     """Records one graded attempt (masked attempts must not be reported)."""
     st = self.stats[task_id]
+    self._version += 1
     x = float(passed)
     st.n += 1
     st.passed += x >= 1.0
@@ -126,16 +129,28 @@ class TaskPool:
     w = np.array([sw[self.stratum(t)] for t in ids], dtype=np.float64)
     return ids[int(self.rng.choice(len(ids), p=w / w.sum()))]
 
+  def _sampling_groups(self):
+    """(domain names, their probabilities, {domain: (in-band ids, other ids)}), cached."""
+    q = self.quarantine.ids() if self.quarantine else frozenset()
+    key = (q, self._version)
+    if key != self._groups_key:
+      by_domain: dict[str, list[str]] = {}
+      for tid in self.tasks:
+        if tid not in q:
+          by_domain.setdefault(self.tasks[tid].domain, []).append(tid)
+      if not by_domain:
+        raise RuntimeError("TaskPool: every task is quarantined or excluded")
+      names, p = self._domain_probs(by_domain)
+      split = {
+        d: ([t for t in ids if self.in_band(t)], [t for t in ids if not self.in_band(t)])
+        for d, ids in by_domain.items()
+      }
+      self._groups_key, self._groups = key, (names, p, split)
+    return self._groups
+
   def sample(self) -> Task:
-    by_domain: dict[str, list[str]] = {}
-    for tid in self.active_ids():
-      by_domain.setdefault(self.tasks[tid].domain, []).append(tid)
-    if not by_domain:
-      raise RuntimeError("TaskPool: every task is quarantined or excluded")
-    names, p = self._domain_probs(by_domain)
-    ids = by_domain[names[int(self.rng.choice(len(names), p=p))]]
-    inside = [t for t in ids if self.in_band(t)]
-    outside = [t for t in ids if not self.in_band(t)]
+    names, p, split = self._sampling_groups()
+    inside, outside = split[names[int(self.rng.choice(len(names), p=p))]]
     if inside and outside:
       group = inside if self.rng.random() < self.cfg.band_weight else outside
     else:

@@ -1,0 +1,73 @@
+"""Verifier pieces without a sandbox: JUnit parsing, the tamper scan, result masking."""
+
+import pytest
+
+from envs.verifier import GradeResult, masked_result, parse_junit, tamper_flags
+
+XML = b"""<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="NONCE" errors="1" failures="1" skipped="1" tests="5">
+<testcase classname="test_outputs" name="test_ok" time="0.01"/>
+<testcase classname="test_outputs" name="test_bad"><failure message="assert 1 == 2">trace</failure></testcase>
+<testcase classname="test_outputs" name="test_skip"><skipped message="no reason"/></testcase>
+<testcase classname="test_outputs.TestX" name="test_err"><error message="fixture failed"/></testcase>
+<testcase classname="test_outputs" name="test_param[a-1]"/>
+</testsuite></testsuites>"""
+
+
+def test_parse_junit_outcomes():
+  cases = parse_junit(XML, "NONCE")
+  got = [(c.name, c.outcome) for c in cases]
+  assert got == [
+    ("test_outputs::test_ok", "passed"),
+    ("test_outputs::test_bad", "failed"),
+    ("test_outputs::test_skip", "skipped"),
+    ("test_outputs.TestX::test_err", "error"),
+    ("test_outputs::test_param[a-1]", "passed"),
+  ]
+  assert cases[1].message == "assert 1 == 2"
+
+
+def test_parse_junit_rejects_foreign_or_broken_reports():
+  with pytest.raises(ValueError, match="nonce"):
+    parse_junit(XML, "OTHER")
+  with pytest.raises(ValueError, match="invalid"):
+    parse_junit(b"<testsuites><testsuite", None)
+  with pytest.raises(ValueError, match="no <testsuite>"):
+    parse_junit(b"<testsuites/>", None)
+  single = b'<testsuite name="n"><testcase classname="m" name="t"/></testsuite>'
+  assert [c.outcome for c in parse_junit(single, "n")] == ["passed"]
+
+
+def test_tamper_flags_only_for_changed_files():
+  base = {"conftest.py": "h1", "app.py": "h2", "pkg/json.py": "h3"}
+  now = {
+    "conftest.py": "h1",  # shipped with the task, unchanged: fine
+    "app.py": "changed",  # legit edit
+    "sub/conftest.py": "new",
+    "sitecustomize.py": "new",
+    "x.pth": "new",
+    "pytest/__init__.py": "new",
+    "json.py": "new",  # shadows the standard library at the workspace root
+    "pkg/json.py": "h3",
+    "evil.py": "new",
+  }
+  contents = {"app.py": b"def f():\n  return 1\n", "evil.py": b"import _pytest.runner\n"}
+  flags = tamper_flags(base, now, contents)
+  assert flags == [
+    "tamper:test_machinery_in:evil.py",
+    "tamper:shadows_stdlib:json.py",
+    "tamper:planted:pytest/__init__.py",
+    "tamper:planted:sitecustomize.py",
+    "tamper:planted:sub/conftest.py",
+    "tamper:planted:x.pth",
+  ]
+
+
+def test_masked_results_are_never_reward_zero():
+  for mode in ("setup_error", "sandbox_error", "infra_error"):
+    r = masked_result("t", mode, "boom")
+    assert r.masked and r.reward is None and not r.passed and r.failure_mode == mode
+  with pytest.raises(AssertionError):
+    masked_result("t", "test_timeout", "x")
+  d = GradeResult("t", True, 1.0, "none", subscores=(("tests_passed", 1.0),)).to_dict()
+  assert d["subscores"] == {"tests_passed": 1.0} and d["reward"] == 1.0

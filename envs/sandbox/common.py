@@ -23,6 +23,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import weakref
 
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError
 
@@ -129,17 +130,32 @@ def live() -> list[Sandbox]:
     return list(_LIVE)
 
 
+_HOOKS: list = []
+
+
+def on_teardown(method) -> None:
+  """Calls `method` (a bound method, held weakly) before sandboxes are closed at teardown."""
+  _HOOKS.append(weakref.WeakMethod(method))
+
+
 def close_all() -> None:
-  """Closes every live sandbox of this process (in parallel: Docker removal is slow)."""
+  """Runs teardown hooks (pools stop making sandboxes), then closes every live sandbox of
+  this process (in parallel: Docker removal is slow)."""
+  for ref in list(_HOOKS):
+    if (fn := ref()) is not None:
+      try:
+        fn()
+      except Exception:  # noqa: BLE001 (teardown must go on)
+        pass
   boxes = live()
-  threads = [threading.Thread(target=_close_quietly, args=(b,), daemon=True) for b in boxes]
+  threads = [threading.Thread(target=close_quietly, args=(b,), daemon=True) for b in boxes]
   for t in threads:
     t.start()
   for t in threads:
     t.join(timeout=60)
 
 
-def _close_quietly(sb: Sandbox) -> None:
+def close_quietly(sb: Sandbox) -> None:
   try:
     sb.close()
   except Exception:  # noqa: BLE001 (teardown must go on for the others)

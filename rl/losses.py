@@ -60,16 +60,22 @@ class Segments(NamedTuple):
 
 
 def token_logprobs(logits_BTV, tokens_BT, with_entropy: bool = True):
-  """Log-probs of the tokens (aligned as in the module docstring) and the entropy at each."""
+  """Log-probs of the tokens (aligned as in the module docstring) and the entropy at each.
+
+  One exp pass serves the log-normaliser, its gradient and the entropy, so the entropy
+  metric costs little next to a plain cross-entropy.
+  """
   logits = logits_BTV[:, :-1].astype(jnp.float32)
-  lse_BT = jax.nn.logsumexp(logits, axis=-1)
+  m_BT1 = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+  e_BTV = jnp.exp(logits - m_BT1)
+  s_BT = jnp.sum(e_BTV, axis=-1)
+  lse_BT = jnp.log(s_BT) + m_BT1[..., 0]
   picked_BT = jnp.take_along_axis(logits, tokens_BT[:, 1:, None], axis=-1)[..., 0]
   pad = ((0, 0), (1, 0))
   logp_BT = jnp.pad(picked_BT - lse_BT, pad)
   if not with_entropy:
     return logp_BT, None
-  probs = jnp.exp(logits - lse_BT[..., None])
-  ent_BT = lse_BT - jnp.sum(probs * logits, axis=-1)
+  ent_BT = lse_BT - jnp.sum(e_BTV * logits, axis=-1) / s_BT
   return logp_BT, jnp.pad(ent_BT, pad)
 
 

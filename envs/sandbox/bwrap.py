@@ -188,6 +188,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     if self._root:  # setpriv, not Popen(user=...): that disables vfork, and fork is slow
       u = str(self.host_uid)
       args = ["setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups", "--", *args]
+    args = self._prlimit_prefix() + args  # set on itself: another process' would need a cap
     kw = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     kw.update(pass_fds=(w_info, r_blk, w_rdy), start_new_session=True, env={"PATH": common.PATH})
     try:
@@ -219,15 +220,11 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
         self._proc.stderr.close()  # pid 1 ignores SIGPIPE; nothing else writes there
 
   def _confine(self, pid: int) -> None:
-    """Puts the (still blocked) pid 1 into the cgroups / under rlimits; protects it from OOM."""
+    """Puts the (still blocked) pid 1 into the cgroups; protects it from the OOM killer."""
     if self._cg is not None:
       for f in self._cg.procs_files("init"):
         with open(f, "w") as fh:
           fh.write(str(pid))
-    for res, val in self._rlimits():
-      import resource  # noqa: PLC0415
-
-      resource.prlimit(pid, getattr(resource, res), (val, val))
     try:  # needs CAP_SYS_RESOURCE; without it the OOM killer may pick pid 1 (then: SandboxError)
       pathlib.Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
     except OSError:
@@ -243,15 +240,18 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
       out.append(("RLIMIT_AS", self.spec.memory_mb << 20))
     return out
 
+  def _prlimit_prefix(self) -> list[str]:
+    flags = {"RLIMIT_NPROC": "--nproc", "RLIMIT_AS": "--as"}
+    rl = self._rlimits()
+    return ["prlimit", *[f"{flags[r]}={v}:{v}" for r, v in rl], "--"] if rl else []
+
   # --- exec ---------------------------------------------------------------------------------
 
   def _enter_argv(self, leaf: str) -> list[str]:
     pre = []
     if self._cg is not None:
       pre = ["/bin/sh", "-c", _JOIN, "sh", *self._cg.procs_files(leaf), "--"]
-    if rl := self._rlimits():
-      flags = {"RLIMIT_NPROC": "--nproc", "RLIMIT_AS": "--as"}
-      pre += ["prlimit", *[f"{flags[r]}={v}:{v}" for r, v in rl], "--"]
+    pre += self._prlimit_prefix()
     ns = ["-U", "-m", "-i", "-u", "-p"] + ([] if self.spec.network else ["-n"])
     cred = ["-S", str(self.uid), "-G", str(self.gid)] if self._root else ["--preserve-credentials"]
     return [*pre, "nsenter", "-t", str(self.pid1), *ns, "-r", "-w", *cred, "--"]

@@ -66,19 +66,21 @@ def _needed(q_pos_BC, k_pos_BC, causal):
   return jnp.min(k_pos_BC) <= jnp.max(q_pos_BC) if causal else jnp.bool_(True)
 
 
-def _fwd_block(carry, q, k, v, mask, scale):
+def _fwd_block(carry, q, k, v, mask):
   m, denom, acc = carry
-  s = jnp.einsum("bkgqd,bksd->bkgqs", q, k, preferred_element_type=_F32) * scale
+  s = jnp.einsum("bkgqd,bksd->bkgqs", q, k, preferred_element_type=_F32)
   s = jnp.where(mask, s, _NEG)
   m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-  p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
+  # Masked scores give exp(_NEG - m_new) = 0 once a row has seen any visible key; until
+  # then m_new == _NEG and the junk they add is wiped by corr = 0 (or zeroed at the end).
+  p = jnp.exp(s - m_new[..., None])
   corr = jnp.exp(m - m_new)
   denom = denom * corr + jnp.sum(p, axis=-1)
   pv = jnp.einsum("bkgqs,bksd->bkgqd", p.astype(v.dtype), v, preferred_element_type=_F32)
   return m_new, denom, acc * corr[..., None] + pv
 
 
-def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal, scale):
+def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
   _, B, K, G, Cq, d = q.shape
 
   def per_q_chunk(_, xq):
@@ -87,7 +89,7 @@ def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal, scale):
     def per_kv_chunk(carry, xk):
       k_j, v_j, kp_j, ks_j = xk
       mask = _mask(qp_i, kp_j, qs_i, ks_j, causal)[:, None, None]
-      step = functools.partial(_fwd_block, q=q_i, k=k_j, v=v_j, mask=mask, scale=scale)
+      step = functools.partial(_fwd_block, q=q_i, k=k_j, v=v_j, mask=mask)
       return jax.lax.cond(_needed(qp_i, kp_j, causal), step, lambda c: c, carry), None
 
     init = (
@@ -96,27 +98,28 @@ def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal, scale):
       jnp.zeros((B, K, G, Cq, d), _F32),
     )
     (m, denom, acc), _ = jax.lax.scan(per_kv_chunk, init, (k, v, k_pos, k_seg))
-    safe_l = jnp.where(denom == 0, 1.0, denom)
-    lse = jnp.where(denom == 0, 0.0, m + jnp.log(safe_l))
-    return None, ((acc / safe_l[..., None]).astype(q.dtype), lse)
+    empty = m == _NEG  # no visible key: output 0, and lse = -_NEG makes every p = 0
+    out = jnp.where(empty[..., None], 0.0, acc / jnp.where(empty, 1.0, denom)[..., None])
+    lse = jnp.where(empty, -_NEG, m + jnp.log(jnp.where(empty, 1.0, denom)))
+    return None, (out.astype(q.dtype), lse)
 
   _, (out, lse) = jax.lax.scan(per_q_chunk, None, (q, q_pos, q_seg))
   return out, lse
 
 
-def _bwd_block(carry, q, k, v, do, lse, delta, mask, scale):
+def _bwd_block(carry, q, k, v, do, lse, delta, mask):
   dq, dk, dv = carry
-  s = jnp.einsum("bkgqd,bksd->bkgqs", q, k, preferred_element_type=_F32) * scale
-  p = jnp.where(mask, jnp.exp(s - lse[..., None]), 0.0)
+  s = jnp.einsum("bkgqd,bksd->bkgqs", q, k, preferred_element_type=_F32)
+  p = jnp.exp(jnp.where(mask, s, _NEG) - lse[..., None])
   dv = dv + jnp.einsum("bkgqs,bkgqd->bksd", p.astype(do.dtype), do, preferred_element_type=_F32)
   dp = jnp.einsum("bkgqd,bksd->bkgqs", do, v, preferred_element_type=_F32)
   ds = (p * (dp - delta[..., None])).astype(q.dtype)
-  dq = dq + jnp.einsum("bkgqs,bksd->bkgqd", ds, k, preferred_element_type=_F32) * scale
-  dk = dk + jnp.einsum("bkgqs,bkgqd->bksd", ds, q, preferred_element_type=_F32) * scale
+  dq = dq + jnp.einsum("bkgqs,bksd->bkgqd", ds, k, preferred_element_type=_F32)
+  dk = dk + jnp.einsum("bkgqs,bkgqd->bksd", ds, q, preferred_element_type=_F32)
   return dq, dk, dv
 
 
-def _flash_bwd_impl(res, do, causal, scale):
+def _flash_bwd_impl(res, do, causal):
   q, k, v, q_pos, k_pos, q_seg, k_seg, out, lse = res
   delta = jnp.sum(do.astype(_F32) * out.astype(_F32), axis=-1)  # [nq, B, K, G, C]
   _, B, K, Ck, d = k.shape
@@ -129,7 +132,7 @@ def _flash_bwd_impl(res, do, causal, scale):
       q_i, do_i, lse_i, dl_i, qp_i, qs_i, dq_i = xq
       mask = _mask(qp_i, kp_j, qs_i, ks_j, causal)[:, None, None]
       step = functools.partial(
-        _bwd_block, q=q_i, k=k_j, v=v_j, do=do_i, lse=lse_i, delta=dl_i, mask=mask, scale=scale
+        _bwd_block, q=q_i, k=k_j, v=v_j, do=do_i, lse=lse_i, delta=dl_i, mask=mask
       )
       dq_i, dk, dv = jax.lax.cond(_needed(qp_i, kp_j, causal), step, lambda c: c, (dq_i, dk, dv))
       return (dk, dv), dq_i
@@ -143,18 +146,19 @@ def _flash_bwd_impl(res, do, causal, scale):
   return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None, None)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8))
-def _flash(q, k, v, q_pos, k_pos, q_seg, k_seg, causal, scale):
-  return _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal, scale)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7,))
+def _flash(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
+  """Attention of pre-scaled queries in the chunked layout (custom VJP, linear memory)."""
+  return _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal)[0]
 
 
-def _flash_fwd(q, k, v, q_pos, k_pos, q_seg, k_seg, causal, scale):
-  out, lse = _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal, scale)
+def _flash_fwd(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
+  out, lse = _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal)
   return out, (q, k, v, q_pos, k_pos, q_seg, k_seg, out, lse)
 
 
-def _flash_bwd(causal, scale, res, do):
-  return _flash_bwd_impl(res, do, causal, scale)
+def _flash_bwd(causal, res, do):
+  return _flash_bwd_impl(res, do, causal)
 
 
 _flash.defvjp(_flash_fwd, _flash_bwd)
@@ -183,7 +187,12 @@ def chunked_attend(q_BTHd, k_BSKd, v_BSKd, q_pos, k_pos, q_seg, k_seg, causal, s
   k_pos = _pad_to(k_pos.astype(jnp.int32), nk * ck, 1, big)
   q_seg = _pad_to(q_seg.astype(jnp.int32), nq * cq, 1, 0)
   k_seg = _pad_to(k_seg.astype(jnp.int32), nk * ck, 1, 0)
-  q = _pad_to(q_BTHd, nq * cq, 1, 0).reshape(B, nq, cq, K, G, d).transpose(1, 0, 3, 4, 2, 5)
+  # The score scale is folded into q: T*H*d multiplies instead of T*S*H.
+  q = (
+    _pad_to(q_BTHd * jnp.asarray(scale, q_BTHd.dtype), nq * cq, 1, 0)
+    .reshape(B, nq, cq, K, G, d)
+    .transpose(1, 0, 3, 4, 2, 5)
+  )
   k = _pad_to(k_BSKd, nk * ck, 1, 0).reshape(B, nk, ck, K, d).transpose(1, 0, 3, 2, 4)
   v = _pad_to(v_BSKd, nk * ck, 1, 0).reshape(B, nk, ck, K, d).transpose(1, 0, 3, 2, 4)
 
@@ -199,7 +208,6 @@ def chunked_attend(q_BTHd, k_BSKd, v_BSKd, q_pos, k_pos, q_seg, k_seg, causal, s
     chunks(q_seg, cq),
     chunks(k_seg, ck),
     causal,
-    scale,
   )
   out = out.transpose(1, 0, 4, 2, 3, 5).reshape(B, nq * cq, H, d)
   return out[:, :T]

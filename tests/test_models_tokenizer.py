@@ -71,5 +71,6 @@ def test_demo_entry_point_runs(tmp_path):
     text=True,
     timeout=300,
     check=True,
+    cwd=pathlib.Path(__file__).resolve().parents[1],
   )
   assert "generated ids:" in out.stdout and (tmp_path / "model.safetensors").is_file()

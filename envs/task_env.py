@@ -107,14 +107,39 @@ def run_checked(sb: Sandbox, cmd: str, timeout_s: float, what: str) -> str:
   return r.stdout
 
 
+def manifest_cmd(workdir: str) -> str:
+  return f"python3 -I -c {shlex.quote(_MANIFEST_PY)} {shlex.quote(workdir)}"
+
+
 def workspace_manifest(sb: Sandbox, workdir: str, timeout_s: float = 60.0) -> dict[str, str]:
-  out = run_checked(
-    sb,
-    f"python3 -I -c {shlex.quote(_MANIFEST_PY)} {shlex.quote(workdir)}",
-    timeout_s,
-    "workspace manifest",
-  )
+  out = run_checked(sb, manifest_cmd(workdir), timeout_s, "workspace manifest")
   return json.loads(out.strip().splitlines()[-1])
+
+
+def sandbox_home(sb: Sandbox) -> str | None:
+  """The sandbox user's home, read without a login shell (which the agent may have hijacked)."""
+  home = getattr(sb, "home", None)
+  if home:
+    return home
+  try:
+    for line in sb.read_file("/etc/passwd").decode().splitlines():
+      f = line.split(":")
+      if len(f) >= 6 and f[0] == sb.spec.user:
+        return f[5]
+  except (OSError, SandboxError):
+    pass
+  return None
+
+
+def neutralize_login(sb: Sandbox) -> None:
+  """Makes `bash -l` read an empty ~/.bash_profile (bash then skips .bash_login and .profile).
+
+  Every exec is a login shell, so a profile the agent wrote (`exit 0`, a daemon, a fake PATH)
+  would run before each grader command; file operations bypass the shell.
+  """
+  home = sandbox_home(sb)
+  if home:
+    sb.write_file(f"{home}/.bash_profile", b"", 0o644)
 
 
 def run_setup(sb: Sandbox, task: Task) -> None:
@@ -149,6 +174,7 @@ class TaskSandbox:
     """Back to the state right after setup: no agent process, pristine workspace."""
     if self.pristine is None:
       raise ValueError("this TaskSandbox was opened without a pristine snapshot")
+    neutralize_login(self.sandbox)
     self.sandbox.exec(KILL_STRAYS, timeout_s=30)
     self.sandbox.restore(self.pristine)
 

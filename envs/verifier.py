@@ -32,9 +32,10 @@ from envs.task_env import (
   KILL_STRAYS,
   TaskSandbox,
   TaskSetupError,
+  manifest_cmd,
+  neutralize_login,
   open_task_sandbox,
   put_files,
-  workspace_manifest,
 )
 
 FAILURE_MODES = (
@@ -63,7 +64,9 @@ class VerifierConfig:
   reward: str | None = None  # "binary" | "fraction"; None: the task's choice
   test_timeout_s: float | None = None  # None: the task's
   fail_on_tamper: bool = True
-  fresh_reuse_pristine: bool = True  # "fresh" restores the sandbox's pristine snapshot if it has one
+  fresh_reuse_pristine: bool = (
+    True  # "fresh" restores the sandbox's pristine snapshot if it has one
+  )
   max_log_chars: int = 20000
 
 
@@ -141,7 +144,9 @@ def _test_modules(task: Task) -> list[str]:
 # ---------------------------------------------------------------- tamper scan
 
 
-def tamper_flags(baseline: dict[str, str], now: dict[str, str], contents: dict[str, bytes]) -> list[str]:
+def tamper_flags(
+  baseline: dict[str, str], now: dict[str, str], contents: dict[str, bytes]
+) -> list[str]:
   """Flags for created or changed workspace files that can subvert the test run."""
   import sys
 
@@ -151,7 +156,12 @@ def tamper_flags(baseline: dict[str, str], now: dict[str, str], contents: dict[s
     if baseline.get(path) == digest:
       continue
     p = pathlib.PurePosixPath(path)
-    if p.name in _TAMPER_NAMES or p.suffix == ".pth" or "_pytest" in p.parts or "pytest" in p.parts[:-1]:
+    if (
+      p.name in _TAMPER_NAMES
+      or p.suffix == ".pth"
+      or "_pytest" in p.parts
+      or "pytest" in p.parts[:-1]
+    ):
       flags.append(f"tamper:planted:{path}")
     elif len(p.parts) == 1 and p.suffix == ".py" and p.stem in stdlib:
       flags.append(f"tamper:shadows_stdlib:{path}")
@@ -161,7 +171,11 @@ def tamper_flags(baseline: dict[str, str], now: dict[str, str], contents: dict[s
 
 
 def _changed_py(baseline: dict[str, str], now: dict[str, str]) -> list[str]:
-  return [p for p, d in now.items() if baseline.get(p) != d and p.endswith((".py", ".sh", ".pth", ".cfg", ".ini"))]
+  return [
+    p
+    for p, d in now.items()
+    if baseline.get(p) != d and p.endswith((".py", ".sh", ".pth", ".cfg", ".ini"))
+  ]
 
 
 # ---------------------------------------------------------------- grading
@@ -188,9 +202,13 @@ class Verifier:
     except TaskSetupError as e:
       return masked_result(task.id, "setup_error", str(e), time.monotonic() - t0)
     except SandboxError as e:
-      return masked_result(task.id, "sandbox_error", f"{type(e).__name__}: {e}", time.monotonic() - t0)
+      return masked_result(
+        task.id, "sandbox_error", f"{type(e).__name__}: {e}", time.monotonic() - t0
+      )
     except Exception as e:  # daemon/API/OS failures are infrastructure, never reward 0
-      return masked_result(task.id, "infra_error", f"{type(e).__name__}: {e}", time.monotonic() - t0)
+      return masked_result(
+        task.id, "infra_error", f"{type(e).__name__}: {e}", time.monotonic() - t0
+      )
     finally:
       if fresh is not None and fresh is not ts:
         fresh.close()
@@ -219,9 +237,11 @@ class Verifier:
     gdir = f"{GRADER_ROOT}-{nonce[:12]}"
     tdir, ldir = f"{gdir}/tests", f"{gdir}/logs"
     flags = self._prepare(sb, task, baseline, gdir, nonce)
-    put_files(sb, tdir, self._test_files(task, tdir, ldir))
-    if task.tests.runner == "pytest":
-      sb.write_file(f"{gdir}/pytest.ini", f"[pytest]\npythonpath = {task.workdir}\n")
+    files = tuple(
+      FileEntry(f"tests/{f.path}", f.data, f.mode) for f in self._test_files(task, tdir, ldir)
+    )
+    ini = FileEntry("pytest.ini", f"[pytest]\npythonpath = {task.workdir}\n".encode())
+    put_files(sb, gdir, files + ((ini,) if task.tests.runner == "pytest" else ()))
     timeout = self.cfg.test_timeout_s or task.test_timeout_s
     r = sb.exec(self._command(task, gdir, nonce, timeout), timeout_s=timeout + 30)
     m = re.search(re.escape(_RC_MARK) + r"(\d+)@@" + nonce, r.stdout)
@@ -229,31 +249,48 @@ class Verifier:
     log = (r.stdout + "\n--- stderr ---\n" + r.stderr)[-self.cfg.max_log_chars :]
     base = dict(task_id=task.id, exit_code=rc, flags=tuple(flags), log=log)
     if r.timed_out or rc in (124, 137):
-      return GradeResult(passed=False, reward=0.0, failure_mode="test_timeout", detail=f"tests exceeded {timeout:.0f}s", **base)
+      return GradeResult(
+        passed=False,
+        reward=0.0,
+        failure_mode="test_timeout",
+        detail=f"tests exceeded {timeout:.0f}s",
+        **base,
+      )
     if rc is None:
-      return GradeResult(passed=False, reward=0.0, failure_mode="parse_error", detail="the test command did not finish", **base)
+      return GradeResult(
+        passed=False,
+        reward=0.0,
+        failure_mode="parse_error",
+        detail="the test command did not finish",
+        **base,
+      )
     if task.tests.runner == "shell":
       return self._score_shell(sb, task, ldir, rc, base)
     return self._score_pytest(sb, task, f"{ldir}/junit.xml", nonce, rc, base)
 
-  def _prepare(self, sb: Sandbox, task: Task, baseline: dict[str, str], gdir: str, nonce: str) -> list[str]:
+  def _prepare(
+    self, sb: Sandbox, task: Task, baseline: dict[str, str], gdir: str, nonce: str
+  ) -> list[str]:
     """Kills the agent's processes, empties the grader folders, scans for tampering."""
-    cmd = f"{KILL_STRAYS}\nrm -rf {GRADER_ROOT}-* && mkdir -p {gdir}/tests {gdir}/logs {gdir}/home && echo ready-{nonce}"
+    neutralize_login(sb)
+    cmd = (
+      f"{KILL_STRAYS}\nrm -rf {GRADER_ROOT}-* && mkdir -p {gdir}/tests {gdir}/logs {gdir}/home "
+      f"&& echo ready-{nonce} && {manifest_cmd(task.workdir)}"
+    )
     r = sb.exec(cmd, timeout_s=60)
-    flags = []
-    if f"ready-{nonce}" not in r.stdout:
-      if r.exit_code == 0 or "login" in r.stderr:
-        flags.append("tamper:grader_command_blocked")
-      else:
+    lines = r.stdout.strip().splitlines()
+    if f"ready-{nonce}" not in lines[:-1]:
+      if r.exit_code != 0 and not r.stdout:
         raise SandboxError(f"grader preparation failed (exit {r.exit_code}): {r.stderr[-1000:]}")
-    now = workspace_manifest(sb, task.workdir)
+      return ["tamper:grader_command_blocked"]
+    now = json.loads(lines[-1])
     contents = {}
     for p in _changed_py(baseline, now)[:200]:
       try:
         contents[p] = sb.read_file(f"{task.workdir}/{p}")[:_MAX_REPORT]
       except (SandboxError, OSError):
         pass
-    return flags + tamper_flags(baseline, now, contents)
+    return tamper_flags(baseline, now, contents)
 
   def _test_files(self, task: Task, tdir: str, ldir: str) -> tuple[FileEntry, ...]:
     if not task.tests.rewrite_paths:
@@ -301,25 +338,35 @@ class Verifier:
       f'echo "{_RC_MARK}${{__rc}}@@{nonce}"'
     )
 
-  def _score_pytest(self, sb: Sandbox, task: Task, report: str, nonce: str, rc: int, base: dict) -> GradeResult:
+  def _score_pytest(
+    self, sb: Sandbox, task: Task, report: str, nonce: str, rc: int, base: dict
+  ) -> GradeResult:
     fail = dict(passed=False, reward=0.0, failure_mode="parse_error")
     try:
       xml = sb.read_file(report)
     except (SandboxError, OSError, FileNotFoundError):
-      return GradeResult(**fail, detail=f"no test report (pytest exit {rc}): the suite did not demonstrably run", **base)
+      return GradeResult(
+        **fail,
+        detail=f"no test report (pytest exit {rc}): the suite did not demonstrably run",
+        **base,
+      )
     try:
       cases = parse_junit(xml[:_MAX_REPORT], nonce)
     except ValueError as e:
       return GradeResult(**fail, detail=str(e), **base)
     if not cases or rc in (3, 4, 5):
-      return GradeResult(**fail, tests=tuple(cases), detail=f"pytest exit {rc} with {len(cases)} tests", **base)
+      return GradeResult(
+        **fail, tests=tuple(cases), detail=f"pytest exit {rc} with {len(cases)} tests", **base
+      )
     bad = [c for c in cases if c.outcome in ("failed", "error")]
     if (rc == 0) != (not bad):
       why = f"pytest exit code {rc} disagrees with the report ({len(bad)} failed/errored)"
       return GradeResult(**fail, tests=tuple(cases), detail=why, **base)
     missing = [m for m in _test_modules(task) if not any(m in c.name for c in cases)]
     if missing:
-      return GradeResult(**fail, tests=tuple(cases), detail=f"test files did not run: {missing}", **base)
+      return GradeResult(
+        **fail, tests=tuple(cases), detail=f"test files did not run: {missing}", **base
+      )
     return self._finish(task, cases, rc, base)
 
   def _finish(self, task: Task, cases: list[TestOutcome], rc: int, base: dict) -> GradeResult:
@@ -331,12 +378,27 @@ class Verifier:
     reward = 0.0 if tampered else (1.0 if passed else (frac if kind == "fraction" else 0.0))
     subs = [("tests_passed", frac)]
     for name, pats in task.tests.subscores:
-      sel = [c for c in cases if any(fnmatch.fnmatch(c.name, p) or fnmatch.fnmatch(c.name.split("::")[-1], p) for p in pats)]
+      sel = [
+        c
+        for c in cases
+        if any(
+          fnmatch.fnmatch(c.name, p) or fnmatch.fnmatch(c.name.split("::")[-1], p) for p in pats
+        )
+      ]
       subs.append((name, sum(c.outcome == "passed" for c in sel) / len(sel) if sel else 0.0))
     mode = "tamper" if tampered else "none"
-    detail = f"{n_pass}/{len(cases)} tests passed" + (f"; flags: {', '.join(base['flags'])}" if base["flags"] else "")
+    detail = f"{n_pass}/{len(cases)} tests passed" + (
+      f"; flags: {', '.join(base['flags'])}" if base["flags"] else ""
+    )
     return GradeResult(
-      passed=passed, reward=reward, failure_mode=mode, subscores=tuple(subs), tests=tuple(cases), suite_ran=True, detail=detail, **base
+      passed=passed,
+      reward=reward,
+      failure_mode=mode,
+      subscores=tuple(subs),
+      tests=tuple(cases),
+      suite_ran=True,
+      detail=detail,
+      **base,
     )
 
   def _score_shell(self, sb: Sandbox, task: Task, ldir: str, rc: int, base: dict) -> GradeResult:
@@ -346,12 +408,17 @@ class Verifier:
     try:
       raw = sb.read_file(f"{ldir}/reward.json")
       data = json.loads(raw[:_MAX_REPORT])
-      values = {str(k): float(v) for k, v in (data.items() if isinstance(data, dict) else [("reward", data)])}
+      values = {
+        str(k): float(v)
+        for k, v in (data.items() if isinstance(data, dict) else [("reward", data)])
+      }
     except (SandboxError, OSError, FileNotFoundError, ValueError, TypeError):
       try:
         values = {"reward": float(sb.read_file(f"{ldir}/reward.txt").decode().strip())}
       except (SandboxError, OSError, FileNotFoundError, ValueError, UnicodeDecodeError):
-        return GradeResult(**fail, detail=f"test script (exit {rc}) wrote no readable reward file", **base)
+        return GradeResult(
+          **fail, detail=f"test script (exit {rc}) wrote no readable reward file", **base
+        )
     reward = values.get("reward", min(values.values()) if values else 0.0)
     if not 0.0 <= reward <= 1.0:
       return GradeResult(**fail, detail=f"reward {reward} outside [0, 1]", **base)
@@ -372,7 +439,9 @@ class Verifier:
     )
 
 
-def grade(ts: TaskSandbox, cfg: VerifierConfig = VerifierConfig(), agent_timed_out: bool = False) -> GradeResult:
+def grade(
+  ts: TaskSandbox, cfg: VerifierConfig = VerifierConfig(), agent_timed_out: bool = False
+) -> GradeResult:
   return Verifier(cfg).grade(ts, agent_timed_out)
 
 

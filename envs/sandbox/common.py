@@ -290,7 +290,9 @@ _READ = '[ -e "$1" ] || exit 3; [ -d "$1" ] && exit 4; exec cat -- "$1"'
 # Archives hold a folder's *contents*, never the folder itself: its own mode/owner differ per
 # backend (/tmp is root-owned under Docker) and tar would fail to restore them.
 _UNTAR = 'mkdir -p -- "$1" && exec tar -C "$1" -xpf - --no-same-owner'
-_SNAPSHOT = 'cd / && find "$@" -mindepth 1 -maxdepth 1 -print0 | tar -cf - --null -T -'
+_SNAPSHOT = (
+  'cd / && find "$@" -mindepth 1 -maxdepth 1 -print0 | tar -cf - --format=posix --null -T -'
+)
 _HOST_TAR = "find . -mindepth 1 -maxdepth 1 -print0 | tar -cf - --null -T - --owner=0 --group=0"
 _TAR_OUT = 'cd -- "$(dirname -- "$1")" && exec tar -cf - -- "$(basename -- "$1")"'
 _RESTORE = (
@@ -298,6 +300,13 @@ _RESTORE = (
   'find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + ; done; '
   "exec tar -C / -xpf - --no-same-owner"
 )
+
+
+def _untrusted_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+  """For archives made in a sandbox: nothing outside `dest` (tarfile's "tar" filter), no
+  device or fifo; absolute symlinks stay symlinks (a venv's python link is legitimate)."""
+  member = tarfile.tar_filter(member, dest)
+  return None if member.isdev() else member
 
 
 class TarFileOps:
@@ -374,8 +383,8 @@ class TarFileOps:
         if rc != 0:
           raise FileNotFoundError(f"download {src}: {err.decode(errors='replace').strip()}")
         f.seek(0)
-        with tarfile.open(fileobj=f) as tf:  # untrusted archive: the "data" filter
-          tf.extractall(os.path.join(tmp, "x"), filter="data")
+        with tarfile.open(fileobj=f) as tf:
+          tf.extractall(os.path.join(tmp, "x"), filter=_untrusted_filter)
       got = pathlib.Path(tmp, "x", os.path.basename(src) or ".")
       if got.is_dir() and dest.is_dir():
         shutil.copytree(got, dest, symlinks=True, dirs_exist_ok=True)

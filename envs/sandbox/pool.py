@@ -88,7 +88,8 @@ class SandboxPool:
     self._leased: set[Sandbox] = set()
     self._bucket = _Bucket(self.config.create_rate, self.config.create_burst, clock)
     self._closed = False
-    self.stats = collections.Counter()
+    keys = ("created", "create_errors", "retries", "leases", "misses", "unhealthy", "shrunk")
+    self.stats = collections.Counter(dict.fromkeys(keys, 0))
     self._sub(self.default_spec)
     common.on_teardown(self.close)
     self._thread = threading.Thread(target=self._maintain, name="agentrl-pool", daemon=True)

@@ -1,0 +1,241 @@
+"""Life cycle of both sandbox backends: exec, files, snapshots, many cycles, concurrency, orphans.
+
+The create/exec/close cycle test runs 200 cycles on bubblewrap and 20 on Docker (a Docker
+cycle costs ~0.5-1 s on a 2-core machine; 200 would take minutes of the suite's budget).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from envs import sandbox as sandbox_lib
+from envs.sandbox import cgroups, common, testing
+
+backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+MANIFEST = r"""
+cd / && for d in "$@"; do find "$d" -mindepth 1 -printf '%p|%y|%m|%s|%T@|%l\n'; done | sort
+for d in "$@"; do find "$d" -type f -print0; done | sort -z | xargs -0r sha256sum
+"""
+
+
+def _manifest(sb) -> str:
+  roots = " ".join(sb.writable_roots())
+  r = sb.exec(f"sh -s -- {roots}", stdin=MANIFEST)
+  assert r.exit_code == 0, r
+  return r.stdout
+
+
+def test_exec_basics(backend):
+  spec = sandbox_lib.SandboxSpec(env=(("GREETING", "hi there"),))
+  with sandbox_lib.make(backend, spec) as sb:
+    r = sb.exec('echo "$GREETING"; pwd; echo err >&2; exit 3')
+    assert (r.exit_code, r.stdout, r.stderr) == (3, "hi there\n/workspace\n", "err\n")
+    assert not r.timed_out and not r.truncated and r.duration_s > 0
+    r = sb.exec("tr a-z A-Z; echo; wc -c", stdin="hello\n")
+    assert r.stdout == "HELLO\n\n0\n", r
+    r = sb.exec("sleep 30 >/dev/null 2>&1 & echo started", timeout_s=10)
+    assert r.stdout == "started\n" and not r.timed_out  # background children do not block
+    r = sb.exec("printf '\\xff\\xfe'")
+    assert r.stdout == "\ufffd\ufffd"  # undecodable bytes are replaced, never raise
+    assert sb.exec("cd /tmp && pwd").stdout == "/tmp\n"
+    assert sb.exec("pwd").stdout == "/workspace\n"  # every exec starts in the workdir
+
+
+def test_file_operations(backend, tmp_path):
+  with testing.make(backend) as sb:
+    sb.write_file("a/b/c.txt", "text")
+    sb.write_file("/tmp/bin.dat", bytes(range(256)), mode=0o600)
+    sb.write_file("run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+    assert sb.read_file("/workspace/a/b/c.txt") == b"text"
+    assert sb.read_file("/tmp/bin.dat") == bytes(range(256))
+    assert sb.exec("./run.sh; stat -c %a /tmp/bin.dat run.sh").stdout == "ran\n600\n755\n"
+    with pytest.raises(FileNotFoundError):
+      sb.read_file("nope.txt")
+    with pytest.raises(IsADirectoryError):
+      sb.read_file("a")
+    with pytest.raises(OSError):
+      sb.write_file("/etc/x", "no")  # read-only root
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    (src / "pkg" / "mod.py").write_text("X = 1\n")
+    (src / "tool").write_bytes(b"#!/bin/sh\necho tool\n")
+    (src / "tool").chmod(0o755)
+    (src / "link").symlink_to("pkg/mod.py")
+    sb.upload(str(src), "proj")
+    r = sb.exec("cd proj && ./tool && cat link && python3 -c 'import pkg.mod as m; print(m.X)'")
+    assert r.stdout == "tool\nX = 1\n1\n", r
+    sb.exec("echo new > proj/pkg/new.txt && ln -s /usr/bin/python3 proj/py")
+    sb.download("proj", str(tmp_path / "back"))
+    back = tmp_path / "back"
+    assert (back / "pkg" / "new.txt").read_text() == "new\n"
+    assert (back / "tool").stat().st_mode & 0o777 == 0o755
+    assert os.readlink(back / "link") == "pkg/mod.py"
+    assert os.readlink(back / "py") == "/usr/bin/python3"  # kept as a link, never followed
+    sb.upload(str(src / "tool"), "/tmp/single")
+    sb.download("/tmp/single", str(tmp_path / "single"))
+    assert (tmp_path / "single").read_bytes() == (src / "tool").read_bytes()
+    with pytest.raises(FileNotFoundError):
+      sb.download("missing", str(tmp_path / "m"))
+
+
+def _populate(sb) -> None:
+  sb.write_file("data.bin", os.urandom(1 << 20))
+  sb.exec(
+    "mkdir -p d/e/empty && echo x > d/e/f && chmod 640 d/e/f && ln -s d/e/f link && "
+    "ln d/e/f hard && printf 'no newline' > .hidden && touch -d '2001-02-03 04:05:06' old && "
+    "echo t > /tmp/t && mkdir ~/.cfg && echo h > ~/.cfg/h && chmod 700 d"
+  )
+
+
+def test_snapshot_restore_is_byte_identical(backend):
+  with testing.make(backend) as sb:
+    _populate(sb)
+    before = _manifest(sb)
+    snap = sb.snapshot()
+    sb.exec(
+      "rm -rf d link; echo changed > data.bin; chmod 600 old; echo extra > new; "
+      "rm /tmp/t; echo z > /tmp/z; rm -rf ~/.cfg"
+    )
+    assert _manifest(sb) != before
+    sb.restore(snap)
+    assert _manifest(sb) == before
+    sb.exec("echo again > new2")
+    sb.restore(snap)  # a snapshot restores any number of times
+    assert _manifest(sb) == before
+    with testing.make(backend) as other:  # and into another sandbox of the same backend
+      other.restore(snap)
+      assert _manifest(other) == before
+  with pytest.raises(KeyError):  # snapshots go with their sandbox
+    testing.make(backend).restore(snap)
+
+
+def test_cycles_leave_nothing_behind(backend):
+  n = 200 if backend == "bwrap" else 20
+  before = testing.leak_probe()
+  for i in range(n):
+    with testing.make(backend) as sb:
+      r = sb.exec(f"echo {i}; sleep 1000 >/dev/null 2>&1 &")
+      assert r.stdout == f"{i}\n", r
+      if i % 50 == 0:
+        sb.snapshot()
+  after = testing.leak_probe()
+  assert after == before, (before, after, testing.describe_processes(after["processes"]))
+
+
+def test_sixteen_concurrent_sandboxes(backend):
+  with ThreadPoolExecutor(16) as ex:
+    boxes = list(ex.map(lambda _: testing.make(backend), range(16)))
+    try:
+
+      def work(i):
+        boxes[i].write_file("id.txt", str(i))
+        return boxes[i].exec("cat id.txt; ls | wc -l; python3 -c 'print(sum(range(10)))'")
+
+      results = list(ex.map(work, range(16)))
+      for i, r in enumerate(results):
+        assert (r.exit_code, r.stdout) == (0, f"{i}1\n45\n"), r
+      assert len({b.name for b in boxes}) == 16
+    finally:
+      list(ex.map(lambda b: b.close(), boxes))
+  assert not any(b.alive for b in boxes)
+
+
+def test_setup_script_layer_and_workspace_seed(backend):
+  script = "mkdir -p /workspace/repo /opt/tool && echo seeded > /workspace/repo/README && " \
+    "echo 'print(\"tool\")' > /opt/tool/t.py"  # fmt: skip
+  spec = sandbox_lib.SandboxSpec(setup_script=script)
+  with sandbox_lib.make(backend, spec) as sb:
+    r = sb.exec("cat repo/README && python3 /opt/tool/t.py && stat -c %U repo/README")
+    assert r.stdout == "seeded\ntool\nagent\n", r
+    r = sb.exec("echo x > /opt/tool/y")
+    assert r.exit_code != 0  # the layer is read-only too
+
+
+_ORPHAN = """
+import os, signal, sys
+sys.path.insert(0, {repo!r})
+from envs import sandbox
+sb = sandbox.make({backend!r}, sandbox.SandboxSpec())
+sb.snapshot()
+print(sb.name, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_orphans_of_a_killed_owner_are_reaped(backend):
+  code = _ORPHAN.format(repo=str(REPO), backend=backend)
+  p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert p.returncode == -signal.SIGKILL, p.stderr
+  name = p.stdout.strip()
+  tag = name.rsplit("-", 1)[0]
+  assert not common.owner_alive(tag)
+  assert list(common.runtime_root().glob(f"{tag}-*"))  # the dead owner left state behind
+  assert common.reap_stale_state() >= 1
+  assert not list(common.runtime_root().glob(f"{tag}-*"))
+  if backend == "bwrap":  # bwrap died with its parent; its cgroups stayed
+    support = cgroups.detect()
+    cgroups.reap_stale(support, common.owner_alive)
+    for _, parent in support.v1_parents:
+      assert not (parent / name).exists()
+  else:
+    from envs.sandbox import docker_backend
+
+    api = docker_backend.client().api
+    flt = {"label": f"{docker_backend.OWNER}={common.machine_id()}|{tag}"}
+    assert len(api.containers(all=True, filters=flt)) == 1
+    assert docker_backend.reap_orphans() >= 1
+    assert api.containers(all=True, filters=flt) == []
+
+
+def test_teardown_on_sigterm_and_sigint(backend):
+  code = textwrap.dedent(f"""
+    import sys, time
+    sys.path.insert(0, {str(REPO)!r})
+    from envs import sandbox
+    from envs.sandbox.pool import PoolConfig, SandboxPool
+    boxes = [sandbox.make({backend!r}, sandbox.SandboxSpec()) for _ in range(2)]
+    pool = SandboxPool(config=PoolConfig(backend={backend!r}, min_idle=1))
+    held = pool.acquire()
+    for b in boxes + [held]:
+      b.exec("sleep 1000 >/dev/null 2>&1 &")
+    print(" ".join(b.name for b in boxes + [held]), flush=True)
+    time.sleep(600)
+  """)
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    names = p.stdout.readline().split()
+    assert len(names) == 3
+    tag = names[0].rsplit("-", 1)[0]
+    p.send_signal(sig)
+    p.wait(timeout=120)
+    assert p.returncode != 0  # the previous handler (default) still ended the process
+    assert _leftovers(backend, tag) == []
+
+
+def _leftovers(backend: str, tag: str) -> list:
+  out = [str(d) for d in common.runtime_root().glob(f"{tag}-*")]
+  support = cgroups.detect()
+  for _, parent in support.v1_parents:
+    out += [str(d) for d in parent.glob(f"{tag}-*")]
+  for d in pathlib.Path("/proc").iterdir():
+    try:
+      if d.name.isdigit() and f"/{tag}-" in (d / "cgroup").read_text():
+        out.append(f"process {d.name}")
+    except OSError:
+      pass
+  if backend == "docker":
+    from envs.sandbox import docker_backend
+
+    flt = {"label": f"{docker_backend.OWNER}={common.machine_id()}|{tag}"}
+    out += [c["Id"] for c in docker_backend.client().api.containers(all=True, filters=flt)]
+  return out

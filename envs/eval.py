@@ -51,7 +51,7 @@ class EvalConfig:
   image: str = "default"
   seed: int = 0
   retries: int = 2  # extra attempts after an infrastructure failure
-  check_timeout_s: float = 30.0  # per milestone / constraint check
+  check_timeout_s: float = 60.0  # all milestone / constraint checks of one turn
   verifier: VerifierConfig = VerifierConfig()
 
   def __post_init__(self):
@@ -208,6 +208,7 @@ class PolicyAgent:
       {
         "action": t.action,
         "tool": t.tool,
+        "command": t.command,
         "error": t.error,
         "exit_code": t.exit_code,
         "gen_tokens": t.gen_tokens,

@@ -117,6 +117,8 @@ def write_task_folder(
   (root / "task.toml").write_text(task_toml(task, task_id, tags, meta))
   (root / "instruction.md").write_text(task.instruction + "\n")
   env = root / "environment"
+  for d in (env, root / "solution", root / "tests"):
+    d.mkdir(parents=True, exist_ok=True)
   _write_files(env / "workspace", task.workspace_files)
   _write_files(env, task.setup_files)
   if task.setup_script:

@@ -24,9 +24,9 @@ kind = "command"                    # shell check, exit 0 = respected
 check = "grep -qx 'mode=production' app.ini"
 ```
 
-`Monitor.check(turn)` runs every check of a task in ONE sandbox exec (a script that runs each
-shell check under `timeout` and, when a path constraint exists, hashes the workspace and the
-absolute paths named by `unchanged` constraints). Turn 0 is the state before the agent acts and
+`Monitor.check(turn)` runs every check of a task in ONE sandbox exec (a script that hashes the
+workspace and the absolute paths named by `unchanged` constraints when a path constraint
+exists, then runs each shell check in a subshell), bounded by one timeout per turn. Turn 0 is the state before the agent acts and
 is the baseline for path constraints. `summarize` turns the per-turn records into the episode's
 long-horizon facts: which milestones were reached and when, which were lost again, which
 constraints were broken and the turn of the first violation.
@@ -87,9 +87,10 @@ class TurnCheck:
   milestones: tuple[bool, ...]  # in task.milestones order
   violated: tuple[str, ...]  # names of the constraints broken now
   changed: tuple[str, ...] = ()  # paths created/changed/deleted since turn 0 (capped)
+  timed_out: bool = False  # the checks ran out of time (the missing ones count as failed)
 
   def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
 def _norm(path: str, workdir: str) -> str:
@@ -143,23 +144,24 @@ def _extra_roots(task: Task) -> list[str]:
   return sorted(roots)
 
 
-def check_script(task: Task, nonce: str, timeout_s: float) -> str:
-  """The one shell script that runs all of a task's checks and prints marked results."""
-  t = max(1, int(timeout_s))
+def check_script(task: Task, nonce: str) -> str:
+  """The one shell script that runs all of a task's checks and prints marked results.
+
+  Each check runs in a subshell (a fork, not two execs as `timeout bash -c` would cost: the
+  checks run after every turn, so their cost is most of an episode's overhead). The manifest
+  comes first, so a hanging check cannot hide it; the caller's exec timeout bounds the rest.
+  """
   lines = [f"cd {shlex.quote(task.workdir)} || exit 90"]
+  if needs_manifest(task):
+    roots = " ".join(shlex.quote(r) for r in [task.workdir, *_extra_roots(task)])
+    lines.append(f'printf "{_MARK}:{nonce}:manifest:"')
+    lines.append(f"python3 -I -c {shlex.quote(_MANIFEST_PY)} {roots}")
   shell_checks = [(f"m{i}", m.check) for i, m in enumerate(task.milestones)]
   shell_checks += [
     (f"c{i}", c.check) for i, c in enumerate(task.constraints) if c.kind == "command"
   ]
   for key, cmd in shell_checks:
-    lines.append(
-      f"timeout -k 1 {t} bash -c {shlex.quote(cmd)} </dev/null >/dev/null 2>&1; "
-      f'echo "{_MARK}:{nonce}:{key}:$?"'
-    )
-  if needs_manifest(task):
-    roots = " ".join(shlex.quote(r) for r in [task.workdir, *_extra_roots(task)])
-    lines.append(f'printf "{_MARK}:{nonce}:manifest:"')
-    lines.append(f"python3 -I -c {shlex.quote(_MANIFEST_PY)} {roots}")
+    lines.append(f'( {cmd}\n) </dev/null >/dev/null 2>&1; echo "{_MARK}:{nonce}:{key}:$?"')
   return "\n".join(lines) + "\n"
 
 
@@ -191,7 +193,7 @@ def parse_check_output(stdout: str, nonce: str) -> tuple[dict[str, int], dict[st
 class Monitor:
   """Runs a task's milestone and constraint checks in a live sandbox, turn after turn."""
 
-  def __init__(self, sandbox: Sandbox, task: Task, check_timeout_s: float = 30.0):
+  def __init__(self, sandbox: Sandbox, task: Task, check_timeout_s: float = 60.0):
     self.sandbox, self.task, self.check_timeout_s = sandbox, task, check_timeout_s
     self.checks: list[TurnCheck] = []
     self.baseline: dict[str, str] | None = None
@@ -207,22 +209,19 @@ class Monitor:
     if self.checks and self.checks[-1].turn == turn:
       return self.checks[-1]
     nonce = uuid.uuid4().hex[:12]
-    n_checks = len(self.task.milestones) + len(self.task.constraints)
-    r = self.sandbox.exec(
-      check_script(self.task, nonce, self.check_timeout_s),
-      timeout_s=self.check_timeout_s * (n_checks + 1) + 60,
-    )
-    if r.timed_out:
-      raise SandboxError(f"milestone/constraint checks of {self.task.id} timed out")
+    r = self.sandbox.exec(check_script(self.task, nonce), timeout_s=self.check_timeout_s)
     codes, manifest = parse_check_output(r.stdout, nonce)
     if needs_manifest(self.task) and manifest is None:
       if r.exit_code == 90:  # the workspace itself is gone: everything in it was deleted
         manifest = {}
       else:
         raise SandboxError(f"workspace manifest failed (exit {r.exit_code}): {r.stderr[-500:]}")
-    return self._record(turn, codes, manifest)
+    # A check cut off by the timeout has no exit code: it counts as failed (not reached / broken).
+    return self._record(turn, codes, manifest, r.timed_out)
 
-  def _record(self, turn: int, codes: dict[str, int], manifest: dict[str, str] | None) -> TurnCheck:
+  def _record(
+    self, turn, codes: dict[str, int], manifest: dict[str, str] | None, timed_out=False
+  ) -> TurnCheck:
     task = self.task
     reached = tuple(codes.get(f"m{i}") == 0 for i in range(len(task.milestones)))
     violated = [
@@ -238,7 +237,7 @@ class Monitor:
       violated += path_violations(task, changed)
     order = {c.name: i for i, c in enumerate(task.constraints)}
     violated = sorted(set(violated), key=order.__getitem__)
-    tc = TurnCheck(turn, reached, tuple(violated), tuple(changed[:_MAX_CHANGED]))
+    tc = TurnCheck(turn, reached, tuple(violated), tuple(changed[:_MAX_CHANGED]), timed_out)
     self.checks.append(tc)
     return tc
 

@@ -140,13 +140,15 @@ def plots(summary: dict, trials: Sequence[dict]) -> dict[str, str]:
     groups = summary[key]
     fig, ax = plt.subplots(figsize=(5, 3))
     names = list(groups)
-    ax.bar(names, [groups[n]["pass@1"] or 0.0 for n in names])
+    ax.bar(range(len(names)), [groups[n]["pass@1"] or 0.0 for n in names])
+    ax.set_xticks(range(len(names)), names)
     ax.set(ylabel="pass@1", ylim=(0, 1.02), title=f"pass@1 {key.replace('_', ' ')}")
     ax.tick_params(axis="x", labelrotation=45, labelsize=7)
     out[f"pass@1 {key}"] = _png(fig)
   fm = summary["failure_modes"]
   fig, ax = plt.subplots(figsize=(5, 3))
-  ax.barh(list(fm), list(fm.values()))
+  ax.barh(range(len(fm)), list(fm.values()))
+  ax.set_yticks(range(len(fm)), list(fm))
   ax.set(xlabel="trials", title="failure modes")
   out["failure modes"] = _png(fig)
   curve = summary["milestone_curve"]

@@ -1,0 +1,58 @@
+"""The policy agent through `launch.eval` and the library: a tiny random checkpoint saved with
+models.hf and the byte tokenizer scores 0, and the same seed, checkpoint and tasks give the same
+trajectories and scores under greedy decoding (one run in a subprocess, one in process)."""
+
+import json
+import subprocess
+import sys
+
+import jax
+
+from envs import eval as ev
+from envs.agent import AgentConfig
+from envs.task import BUILTIN_DIR, load_task
+from models import config, hf
+from models import transformer as tfm
+
+AGENT = dict(max_turns=3, max_new_tokens=24, max_episode_tokens=72, max_context_tokens=4096)
+KEYS = ("task_id", "trial", "seed", "passed", "reward", "failure_mode", "finish_reason", "turns")
+KEYS += ("tokens", "checks", "turn_checks")
+
+
+def _checkpoint(path):
+  cfg = config.tiny("qwen3", vocab_size=264, max_seq_len=4096)
+  params = tfm.init(cfg, jax.random.PRNGKey(7))
+  hf.save(path, cfg, params)
+  return path
+
+
+def _view(trials):
+  return [
+    {**{k: t[k] for k in KEYS}, "actions": [s["action"] for s in t["trajectory"]]} for t in trials
+  ]
+
+
+def test_policy_is_reproducible_under_greedy_decoding(tmp_path):
+  ckpt = _checkpoint(tmp_path / "ckpt")
+  task_dir = BUILTIN_DIR / "long_horizon" / "lh-csv-report"
+  out = tmp_path / "run1"
+  cmd = [
+    sys.executable, "-m", "launch.eval", f"--tasks={task_dir}", "--agent=policy",
+    f"--checkpoint={ckpt}", "--tokenizer=byte", "--trials=2", "--concurrency=2", "--seed=11",
+    f"--out={out}", *[f"--{k}={v}" for k, v in AGENT.items()],
+  ]  # fmt: skip
+  r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+  assert r.returncode == 0, r.stderr[-3000:]
+  first = json.loads((out / "results.json").read_text())["trials"]
+
+  task = load_task(task_dir, "long_horizon")
+  agent, close = ev.policy_from_checkpoint(str(ckpt), "byte", AgentConfig(greedy=True, **AGENT), 2)
+  try:
+    second = ev.evaluate([task], agent, ev.EvalConfig(trials=2, concurrency=2, seed=11))
+  finally:
+    close()
+  assert _view(first) == _view(second)
+  assert [t["passed"] for t in second] == [False, False] and all(t["tokens"] > 0 for t in second)
+  assert all(t["turns"] >= 1 and t["checks"]["checked_turns"][0] == 0 for t in second)
+  # trials of one task get distinct seeds (they differ only when sampling)
+  assert second[0]["seed"] != second[1]["seed"]

@@ -1,0 +1,128 @@
+"""The task image: apt sources from the machine's config, content-hash caching, layers, CLI."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from envs.sandbox import apt_sources, testing
+from envs.sandbox import image as image_lib
+
+sandbox_image = testing.sandbox_image  # fixture
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+_LIST = """\
+# a comment
+deb [arch=amd64 signed-by=/k/debian.gpg] http://mirror.example/debian bookworm main contrib
+deb http://mirror.example/debian bookworm-updates main
+deb-src http://mirror.example/debian bookworm main
+deb http://mirror.example/debian trixie main
+"""
+_SOURCES = """\
+Types: deb
+URIs: http://sec.example/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By:
+ -----BEGIN PGP PUBLIC KEY BLOCK-----
+ .
+ abc
+ -----END PGP PUBLIC KEY BLOCK-----
+
+Types: deb
+URIs: https://other.example/node
+Suites: nodistro
+Components: main
+
+Types: deb
+URIs: http://off.example/debian
+Suites: bookworm
+Components: main
+Enabled: no
+"""
+
+
+def test_apt_sources_from_machine_config(tmp_path):
+  (tmp_path / "sources.list.d").mkdir()
+  (tmp_path / "sources.list").write_text(_LIST)
+  (tmp_path / "sources.list.d" / "a.sources").write_text(_SOURCES)
+  (tmp_path / "sources.list.d" / "b.list.disabled").write_text("deb http://x/ bookworm main\n")
+  got = apt_sources.stanzas_for("bookworm", tmp_path)
+  assert got == [
+    "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main contrib\n"
+    "Architectures: amd64\nSigned-By: /k/debian.gpg",
+    "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm-updates\nComponents: main",
+    "Types: deb\nSuites: bookworm-security\nURIs: http://sec.example/debian-security\n"
+    "Components: main\nSigned-By: \n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n abc\n"
+    " -----END PGP PUBLIC KEY BLOCK-----",
+  ]
+  assert apt_sources.stanzas_for("noble", tmp_path) == []
+
+
+def test_recipe_hash():
+  base = image_lib.ImageRecipe()
+  assert image_lib.recipe_id(base) == image_lib.recipe_id(base)
+  shuffled = image_lib.ImageRecipe(packages=tuple(reversed(base.packages)) + ("bash",))
+  assert image_lib.recipe_id(shuffled) == image_lib.recipe_id(base)  # order and dups ignored
+  more = image_lib.ImageRecipe(packages=base.packages + ("curl",))
+  assert image_lib.recipe_id(more) != image_lib.recipe_id(base)
+  assert base.resolved().suite == apt_sources.host_codename()
+  assert image_lib.layer_id("r1", "echo a") != image_lib.layer_id("r1", "echo b")
+
+
+def test_mmdebstrap_uses_only_the_machine_sources(tmp_path):
+  r = image_lib.ImageRecipe().resolved()
+  cmd = image_lib._mmdebstrap_cmd(r, tmp_path / "o.tar", tmp_path / "agentrl.sources")
+  assert cmd[-1] == str(tmp_path / "agentrl.sources")  # the only mirror argument
+  assert not [a for a in cmd if "://" in a]
+  assert "--variant=minbase" in cmd and any("python3-pytest" in a for a in cmd)
+
+
+def test_build_reuses_the_cache(sandbox_image):
+  mtime = sandbox_image.tar_path.stat().st_mtime_ns
+  again = image_lib.build()
+  assert again == sandbox_image and again.tar_path.stat().st_mtime_ns == mtime
+  assert image_lib.resolve("default") == sandbox_image
+  meta = sandbox_image.meta
+  assert meta["recipe"]["suite"] == apt_sources.host_codename() and "URIs:" in meta["sources"]
+  assert (sandbox_image.rootfs / "usr/bin/python").exists()
+  assert sandbox_image.user("agent") == (1000, 1000, "/home/agent")
+  with pytest.raises(image_lib.SandboxError, match="build_image"):
+    image_lib.resolve("r000000000000000")
+
+
+def test_setup_layer_is_built_once(sandbox_image):
+  from envs.sandbox.bwrap import run_setup_script
+
+  calls = []
+
+  def runner(tree, script):
+    calls.append(script)
+    run_setup_script(tree, script)
+
+  script = "echo layer-test > /etc/agentrl-layer-test"
+  a = image_lib.with_setup(sandbox_image, script, runner)
+  b = image_lib.with_setup(sandbox_image, script, runner)
+  assert a == b and len(calls) <= 1  # built at most once (maybe by an earlier run)
+  assert (a.rootfs / "etc/agentrl-layer-test").read_text() == "layer-test\n"
+  assert not (sandbox_image.rootfs / "etc/agentrl-layer-test").exists()  # base untouched
+  assert a.user("agent") == sandbox_image.user("agent")
+
+
+def test_cli_reuses_and_skips_an_unreachable_docker(sandbox_image):
+  env = dict(os.environ, DOCKER_HOST="unix:///nonexistent/docker.sock")
+  p = subprocess.run(
+    [sys.executable, "-m", "launch.build_image"],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert p.returncode == 0, p.stderr
+  assert "skipping docker" in p.stdout
+  assert p.stdout.strip().splitlines()[-1] == sandbox_image.id

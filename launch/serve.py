@@ -1,0 +1,96 @@
+r"""Serve a checkpoint through JetStream's orchestrator and gRPC server (optional extra).
+
+  pip install -e .[jetstream]
+  python -m launch.serve --checkpoint=DIR [--port=9000] [--max_concurrent_decodes=8]
+
+DIR is a local Hugging Face folder (config.json, safetensors, optionally tokenizer.json; a
+checkpoint without tokenizer.json and a vocabulary of at least 260 ids uses the byte
+tokenizer). The server binds 127.0.0.1 only: google-jetstream 0.2.2 hard-codes "[::]", so
+`start_server` sets its module-level `_HOST` before building the server. Decoding is greedy.
+Importing jetstream pulls TensorFlow (slow import); its orchestrator also sets the root
+logger to DEBUG with a stdout handler at import, which `start_server` undoes.
+"""
+
+from __future__ import annotations
+
+import logging as logging_std
+import pathlib
+
+from absl import app, flags, logging
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("checkpoint", None, "Local HF checkpoint folder.")
+  flags.DEFINE_integer("port", 9000, "gRPC port on 127.0.0.1.")
+  flags.DEFINE_integer("max_concurrent_decodes", 8, "Decode slots.")
+  flags.DEFINE_integer("max_seq_len", 0, "Tokens per slot (0 = the model's max_seq_len).")
+  flags.DEFINE_integer("page_size", 16, "KV page size.")
+  flags.DEFINE_enum("tokenizer", "auto", ["auto", "hf", "byte"], "Tokenizer source.")
+  flags.mark_flags_as_required(["checkpoint"])
+
+
+def _tokenizer(path: pathlib.Path, kind: str, vocab_size: int):
+  from models import hf
+  from models.tokenizer import ByteTokenizer
+
+  if kind == "hf" or (kind == "auto" and (path / "tokenizer.json").is_file()):
+    return hf.load_tokenizer(path)
+  tok = ByteTokenizer()
+  if vocab_size < tok.vocab_size:
+    raise ValueError(
+      f"{path}: no tokenizer.json and vocab {vocab_size} < byte vocab {tok.vocab_size}"
+    )
+  return tok
+
+
+def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len=0, page_size=16,
+                 tokenizer="auto", threads=None):  # fmt: skip
+  """Loads the checkpoint and starts JetStream's gRPC server on 127.0.0.1:port; returns it."""
+  import grpc
+
+  from models import hf
+  from models.engine import Engine
+  from models.jetstream_adapter import import_jetstream, make_engine
+
+  path = pathlib.Path(checkpoint)
+  cfg, params = hf.load(path)
+  tok = _tokenizer(path, tokenizer, cfg.vocab_size)
+  engine = Engine(
+    cfg, params, max_concurrent_decodes=max_concurrent_decodes,
+    max_seq_len=max_seq_len or None, page_size=page_size,
+  )  # fmt: skip
+  js_engine = make_engine(engine, tok)
+  import_jetstream()
+  root = logging_std.getLogger()
+  handlers, level = list(root.handlers), root.level
+  from jetstream.core import orchestrator, server_lib
+
+  # Its orchestrator adds a DEBUG stdout handler to the root logger at import: undo that.
+  root.handlers[:], root.level = handlers, level
+
+  server_lib._HOST = "127.0.0.1"  # loopback only; 0.2.2 has no parameter for the host
+  driver = orchestrator.Driver(
+    prefill_engines=[js_engine], generate_engines=[js_engine],
+    prefill_params=[engine.params], generate_params=[engine.params], interleaved_mode=True,
+  )  # fmt: skip
+  threads = threads or max(driver.get_total_concurrent_requests(), 8)
+  server = server_lib.JetStreamServer(driver, threads, port, grpc.insecure_server_credentials())
+  server.start()
+  logging.info("JetStream server for %s on 127.0.0.1:%d", path, port)
+  return server
+
+
+def main(argv) -> None:
+  del argv
+  server = start_server(
+    FLAGS.checkpoint, port=FLAGS.port, max_concurrent_decodes=FLAGS.max_concurrent_decodes,
+    max_seq_len=FLAGS.max_seq_len, page_size=FLAGS.page_size, tokenizer=FLAGS.tokenizer,
+  )  # fmt: skip
+  server.wait_for_termination()
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,6 +1,6 @@
 """The bubblewrap backend: namespaces, a read-only task root, tmpfs workspace, cgroup limits.
 
-One sandbox is one `bwrap` process tree. Its pid 1 is a small bash loop (`common.INIT_SCRIPT`): it reaps
+One sandbox is one `bwrap` process tree. Its pid 1 is a small shell loop (`common.INIT_SCRIPT`): it reaps
 orphans, ignores every signal (pid 1 of a pid namespace cannot be SIGKILLed from inside, so
 nothing the agent does can end the sandbox early) and exits at the end of the sandbox's life.
 Each exec enters the sandbox's user/mount/pid/net/ipc/uts namespaces with `nsenter`, after a
@@ -181,27 +181,26 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
   def _start(self, rootfs: pathlib.Path) -> None:
     r_info, w_info = os.pipe()
     r_blk, w_blk = os.pipe()
-    r_rdy, w_rdy = os.pipe()
     life = str(int(self.spec.episode_timeout_s + common.LIFETIME_GRACE_S))
     args = self._bwrap_args(rootfs, w_info, r_blk)
-    args += ["--", "/bin/bash", "-c", common.INIT_SCRIPT, "init", str(w_rdy), life]
+    args += ["--", "/bin/sh", "-c", common.INIT_SCRIPT, "init", "ready", life]
     if self._root:  # setpriv, not Popen(user=...): that disables vfork, and fork is slow
       u = str(self.host_uid)
       args = ["setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups", "--", *args]
     args = self._prlimit_prefix() + args  # set on itself: another process' would need a cap
-    kw = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    kw.update(pass_fds=(w_info, r_blk, w_rdy), start_new_session=True, env={"PATH": common.PATH})
+    kw = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    kw.update(pass_fds=(w_info, r_blk), start_new_session=True, env={"PATH": common.PATH})
     try:
       self._proc = _popen_long_lived(args, **kw)
-      for fd in (w_info, r_blk, w_rdy):
+      for fd in (w_info, r_blk):
         os.close(fd)
-      w_info = r_blk = w_rdy = -1
+      w_info = r_blk = -1
       info = json.loads(_read_until(r_info, b"}", 30.0))
       self.pid1 = int(info["child-pid"])
       self._pidfd = os.pidfd_open(self.pid1)
       self._confine(self.pid1)
       os.write(w_blk, b"x")
-      if _read_until(r_rdy, b"x", 30.0) != b"x":
+      if _read_until(self._proc.stdout.fileno(), b"x", 30.0) != b"x":
         raise TimeoutError
     except (TimeoutError, ValueError, KeyError, OSError) as e:
       err = b""
@@ -213,11 +212,12 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
           err = os.read(self._proc.stderr.fileno(), 1 << 16)
       raise SandboxError(f"bwrap failed to start: {err.decode(errors='replace')} {e!r}") from e
     finally:
-      for fd in (r_info, w_info, r_blk, w_blk, r_rdy, w_rdy):
+      for fd in (r_info, w_info, r_blk, w_blk):
         if fd >= 0:
           os.close(fd)
-      if self._proc is not None:
-        self._proc.stderr.close()  # pid 1 ignores SIGPIPE; nothing else writes there
+      if self._proc is not None:  # pid 1 ignores SIGPIPE; nothing else writes there
+        self._proc.stdout.close()
+        self._proc.stderr.close()
 
   def _confine(self, pid: int) -> None:
     """Puts the (still blocked) pid 1 into the cgroups; protects it from the OOM killer."""

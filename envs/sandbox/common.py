@@ -31,13 +31,14 @@ LIFETIME_GRACE_S = 60.0  # a sandbox outlives its episode by this much (grading,
 HOME_MB = 64  # $HOME is a tmpfs of this size
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# pid 1 of every sandbox (bash): reaps orphans (it is their parent, and `wait` reaps all),
-# ignores every signal (pid 1 cannot even be SIGKILLed from inside its pid namespace), signals
-# readiness on fd $1 if given, and exits after $2 seconds: the sandbox's hard end of life.
+# pid 1 of every sandbox (POSIX sh; dash starts fast): reaps orphans (they are re-parented to
+# it and `wait` reaps any child), ignores every signal (pid 1 cannot even be SIGKILLed from
+# inside its pid namespace), signals readiness on stdout if $1 is set, and exits after $2 s:
+# the sandbox's hard end of life (a safety net should its owner die without cleaning up).
 INIT_SCRIPT = (
   "trap '' INT TERM HUP QUIT USR1 USR2 PIPE ALRM TSTP TTIN TTOU; "
-  'if [ -n "$1" ]; then printf x >&"$1"; eval "exec $1>&-"; fi; end=$((SECONDS + $2)); '
-  "while [ $SECONDS -lt $end ]; do sleep $((end - SECONDS)) & wait $!; done"
+  'if [ -n "$1" ]; then printf x; exec >/dev/null; fi; end=$(($(date +%s) + $2)); '
+  'while now=$(date +%s); [ "$now" -lt "$end" ]; do sleep $((end - now)) & wait $!; done'
 )
 
 

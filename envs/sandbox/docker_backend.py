@@ -3,7 +3,7 @@
 A sandbox is one container of the task image (`agentrl-task:<id>`): read-only root, tmpfs
 workspace, /tmp, /dev/shm and $HOME with size caps, no network, all capabilities dropped,
 no-new-privileges, a non-root user, memory/CPU/pids limits. pid 1 is the same signal-proof
-bash loop as bubblewrap's, so the container cannot be ended from inside and expires by itself
+shell loop as bubblewrap's, so the container cannot be ended from inside and expires by itself
 after its episode (a safety net if this process is SIGKILLed). Every container carries the
 label `agentrl.sandbox=1` and its owner (machine, pid, start time): orphans of dead owners on
 this machine are reaped at start-up and at exit.
@@ -201,7 +201,7 @@ class DockerSandbox(common.TarFileOps, Sandbox):
     try:
       c = self.api.create_container(
         tag,
-        ["/bin/bash", "-c", common.INIT_SCRIPT, "init", "", life],
+        ["/bin/sh", "-c", common.INIT_SCRIPT, "init", "", life],
         user=f"{self.uid}:{self.gid}",
         working_dir=s.workdir,
         hostname="sandbox",

@@ -1,0 +1,131 @@
+"""Sandbox latency and throughput, bubblewrap vs Docker, measured in one run.
+
+Per backend: create + exec(`true`) + close latency (p50, p99) over sequential cycles;
+sandboxes/s at concurrency 1 and 8 (each sandbox: create, exec `true`, close); snapshot +
+restore of a 10 MB workspace (p50). Then the bwrap/docker ratios. Targets (2-core machine):
+bwrap p50 <= 30 ms and >= 40 sandboxes/s at concurrency 8; docker p50 <= 600 ms; bwrap
+snapshot+restore <= 100 ms. Reference points: E2B create+exec+close p50 442 ms, Daytona 663 ms.
+
+  python benchmarks/sandbox.py                        # both backends (Docker if reachable)
+  python benchmarks/sandbox.py --backends=bwrap --cycles=200 --json=/tmp/sandbox.json
+
+Needs the task image (`python -m launch.build_image`). The machine's load is printed with
+the results: on a shared machine, latencies grow with the load average.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from absl import app, flags
+
+flags.DEFINE_list("backends", ["bwrap", "docker"], "backends to measure")
+flags.DEFINE_integer("cycles", 50, "sequential create+exec+close cycles (latency, conc. 1)")
+flags.DEFINE_integer("conc_cycles", 48, "sandboxes made at concurrency 8")
+flags.DEFINE_integer("snapshots", 10, "snapshot+restore repetitions")
+flags.DEFINE_string("json", None, "also write the results here")
+FLAGS = flags.FLAGS
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
+
+TARGETS = {
+  "bwrap": {"p50_ms": 30.0, "conc8_per_s": 40.0, "snap_ms": 100.0},
+  "docker": {"p50_ms": 600.0},
+}
+
+
+def _pct(xs: list[float], q: float) -> float:
+  xs = sorted(xs)
+  return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def _cycle(backend: str) -> float:
+  from envs import sandbox
+
+  t = time.perf_counter()
+  with sandbox.make(backend, sandbox.SandboxSpec()) as sb:
+    r = sb.exec("true")
+  assert r.exit_code == 0, r
+  return time.perf_counter() - t
+
+
+def _throughput(backend: str, n: int, workers: int) -> float:
+  t = time.perf_counter()
+  with ThreadPoolExecutor(workers) as ex:
+    list(ex.map(lambda _: _cycle(backend), range(n)))
+  return n / (time.perf_counter() - t)
+
+
+def _snapshot_restore(backend: str, reps: int) -> float:
+  from envs import sandbox
+
+  with sandbox.make(backend, sandbox.SandboxSpec()) as sb:
+    for i in range(10):
+      sb.write_file(f"data/f{i}.bin", os.urandom(1 << 20))
+    times = []
+    for _ in range(reps):
+      t = time.perf_counter()
+      snap = sb.snapshot()
+      sb.restore(snap)
+      times.append(time.perf_counter() - t)
+  return _pct(times, 0.5)
+
+
+def measure(backend: str) -> dict:
+  _cycle(backend)  # warm-up (image import, caches)
+  lat = [_cycle(backend) for _ in range(FLAGS.cycles)]
+  return {
+    "p50_ms": 1e3 * _pct(lat, 0.5),
+    "p99_ms": 1e3 * _pct(lat, 0.99),
+    "conc1_per_s": len(lat) / sum(lat),
+    "conc8_per_s": _throughput(backend, FLAGS.conc_cycles, 8),
+    "snap_ms": 1e3 * _snapshot_restore(backend, FLAGS.snapshots),
+  }
+
+
+def _available(backend: str) -> str | None:
+  if backend != "docker":
+    return None
+  from envs.sandbox import testing
+
+  return testing.docker_unavailable()
+
+
+def main(argv):
+  del argv
+  res = {}
+  for b in FLAGS.backends:
+    if why := _available(b):
+      print(f"{b}: skipped ({why})")
+      continue
+    res[b] = measure(b)
+  load = os.getloadavg()
+  print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+  print(f"{'backend':8} {'p50 ms':>8} {'p99 ms':>8} {'c1 /s':>7} {'c8 /s':>7} {'snap+rst ms':>12}")
+  for b, r in res.items():
+    print(
+      f"{b:8} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['conc1_per_s']:7.1f} "
+      f"{r['conc8_per_s']:7.1f} {r['snap_ms']:12.1f}"
+    )
+    for k, target in TARGETS.get(b, {}).items():
+      ok = r[k] <= target if k.endswith("_ms") else r[k] >= target
+      print(
+        f"  target {k} {'<=' if k.endswith('_ms') else '>='} {target:g}: {r[k]:.1f} {'met' if ok else 'MISSED'}"
+      )
+  if "bwrap" in res and "docker" in res:
+    d, w = res["docker"], res["bwrap"]
+    print(
+      f"docker/bwrap: latency p50 x{d['p50_ms'] / w['p50_ms']:.1f}, "
+      f"throughput c8 x{w['conc8_per_s'] / d['conc8_per_s']:.1f} for bwrap, "
+      f"snapshot+restore x{d['snap_ms'] / w['snap_ms']:.1f}"
+    )
+  if FLAGS.json:
+    pathlib.Path(FLAGS.json).write_text(json.dumps({"load": load, "results": res}, indent=1))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -100,19 +100,32 @@ def _scores(q_BQKGd, k_BCKd, scale):
   )
 
 
-def _chunked(kv_arrays, chunk):
-  """Splits the sequence axis (1) of each array into (n_chunks, ...) for a scan."""
-  b, s = kv_arrays[0].shape[:2]
-  return [a.reshape(b, s // chunk, chunk, *a.shape[2:]).swapaxes(0, 1) for a in kv_arrays]
+def _split(x, axis, c):
+  """[..., N * c, ...] -> [N, ..., c, ...]: chunks of `axis` as the leading (scan) axis."""
+  axis %= x.ndim
+  x = x.reshape(*x.shape[:axis], x.shape[axis] // c, c, *x.shape[axis + 1 :])
+  return jnp.moveaxis(x, axis, 0)
+
+
+def _merge(x, axis):
+  """Inverse of `_split`."""
+  axis %= x.ndim - 1
+  x = jnp.moveaxis(x, 0, axis)
+  return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2 :])
+
+
+def _needed(q_pos_BQ, k_pos_BC, causal):
+  """False when causality masks every (query, key) pair of the chunk pair: skip it."""
+  return jnp.min(k_pos_BC) <= jnp.max(q_pos_BQ) if causal else jnp.bool_(True)
 
 
 def _block_fwd(acc, q_BQKGd, q_pos_BQ, q_seg_BQ, kv, *, causal, chunk, scale):
-  """Folds one K/V block into the running (o, m, l), key chunk by key chunk."""
+  """Folds one K/V block into the running (o, m, l), chunk x chunk at a time."""
 
-  def step(acc, kv_c):
-    o_BQKGd, m_BKGQ, l_BKGQ = acc
+  def kv_step(acc, kv_c, q_c):
+    (o_BQKGd, m_BKGQ, l_BKGQ), (q_BQKGd, q_pos, q_seg) = acc, q_c
     k_BCKd, v_BCKd, k_pos_BC, k_seg_BC = kv_c
-    mask = _mask_BQC(q_pos_BQ, k_pos_BC, q_seg_BQ, k_seg_BC, causal)
+    mask = _mask_BQC(q_pos, k_pos_BC, q_seg, k_seg_BC, causal)
     s_BKGQC = jnp.where(mask, _scores(q_BQKGd, k_BCKd, scale), _NEG)
     m_new = jnp.maximum(m_BKGQ, s_BKGQC.max(-1))
     # where() keeps fully masked rows at exactly 0 instead of exp(_NEG - _NEG) = 1.
@@ -122,35 +135,62 @@ def _block_fwd(acc, q_BQKGd, q_pos_BQ, q_seg_BQ, kv, *, causal, chunk, scale):
     pv = jnp.einsum(
       "bkgqc,bckd->bqkgd", p_BKGQC.astype(v_BCKd.dtype), v_BCKd, preferred_element_type=jnp.float32
     )
-    o_new = o_BQKGd * jnp.moveaxis(corr_BKGQ, 3, 1)[..., None] + pv
-    return (o_new, m_new, l_new), None
+    return o_BQKGd * jnp.moveaxis(corr_BKGQ, 3, 1)[..., None] + pv, m_new, l_new
 
-  acc, _ = jax.lax.scan(step, acc, _chunked(kv, chunk))
-  return acc
+  def q_step(_, xs):
+    o, m, den, *q_c = xs
+
+    def step(acc, kv_c):
+      run = functools.partial(kv_step, kv_c=kv_c, q_c=q_c)
+      return jax.lax.cond(_needed(q_c[1], kv_c[2], causal), run, lambda a: a, acc), None
+
+    acc, _ = jax.lax.scan(step, (o, m, den), [_split(a, 1, chunk) for a in kv])
+    return None, acc
+
+  o, m, den = acc
+  xs = [_split(o, 1, chunk), _split(m, -1, chunk), _split(den, -1, chunk)]
+  xs += [_split(a, 1, chunk) for a in (q_BQKGd, q_pos_BQ, q_seg_BQ)]
+  _, (o, m, den) = jax.lax.scan(q_step, None, xs)
+  return _merge(o, 1), _merge(m, -1), _merge(den, -1)
 
 
 def _block_bwd(
   q_BQKGd, q_pos_BQ, q_seg_BQ, do_BQKGd, lse_BKGQ, delta_BKGQ, kv, *, causal, chunk, scale
 ):
-  """Gradients of one (q, K/V block) pair: returns dq, dk, dv (fp32)."""
+  """Gradients of one (queries, K/V block) pair, chunk x chunk: dq, dk, dv in fp32."""
+  f32 = dict(preferred_element_type=jnp.float32)
 
-  def step(dq_BQKGd, kv_c):
+  def pair(dq_BQKGd, dk_BCKd, dv_BCKd, q_c, kv_c):
+    q_BQKGd, q_pos, q_seg, do_BQKGd, lse_BKGQ, delta_BKGQ = q_c
     k_BCKd, v_BCKd, k_pos_BC, k_seg_BC = kv_c
-    mask = _mask_BQC(q_pos_BQ, k_pos_BC, q_seg_BQ, k_seg_BC, causal)
+    mask = _mask_BQC(q_pos, k_pos_BC, q_seg, k_seg_BC, causal)
     s_BKGQC = _scores(q_BQKGd, k_BCKd, scale)
     p_BKGQC = jnp.where(mask, jnp.exp(s_BKGQC - lse_BKGQ[..., None]), 0.0)
-    f32 = dict(preferred_element_type=jnp.float32)
-    dv_BCKd = jnp.einsum("bkgqc,bqkgd->bckd", p_BKGQC, do_BQKGd, **f32)
+    dv_BCKd = dv_BCKd + jnp.einsum("bkgqc,bqkgd->bckd", p_BKGQC, do_BQKGd, **f32)
     dp_BKGQC = jnp.einsum("bqkgd,bckd->bkgqc", do_BQKGd, v_BCKd, **f32)
     ds_BKGQC = p_BKGQC * (dp_BKGQC - delta_BKGQ[..., None]) * scale
     dq_BQKGd = dq_BQKGd + jnp.einsum("bkgqc,bckd->bqkgd", ds_BKGQC, k_BCKd, **f32)
-    dk_BCKd = jnp.einsum("bkgqc,bqkgd->bckd", ds_BKGQC, q_BQKGd, **f32)
-    return dq_BQKGd, (dk_BCKd, dv_BCKd)
+    dk_BCKd = dk_BCKd + jnp.einsum("bkgqc,bqkgd->bckd", ds_BKGQC, q_BQKGd, **f32)
+    return dq_BQKGd, dk_BCKd, dv_BCKd
 
-  dq0 = jnp.zeros_like(q_BQKGd, jnp.float32)  # zeros_like keeps the shard_map vma type
-  dq, (dk, dv) = jax.lax.scan(step, dq0, _chunked(kv, chunk))
-  _, b, _, kh, d = dk.shape  # (n_chunks, B, C, K, d)
-  return dq, dk.swapaxes(0, 1).reshape(b, -1, kh, d), dv.swapaxes(0, 1).reshape(b, -1, kh, d)
+  kv_chunks = [_split(a, 1, chunk) for a in kv]
+
+  def q_step(dkv, q_c):
+    def kv_step(dq, xs):
+      kv_c, dk, dv = xs[:4], xs[4], xs[5]
+      run = lambda c: pair(*c, q_c, kv_c)
+      dq, dk, dv = jax.lax.cond(_needed(q_c[1], kv_c[2], causal), run, lambda c: c, (dq, dk, dv))
+      return dq, (dk, dv)
+
+    dq0 = jnp.zeros_like(q_c[0], jnp.float32)  # *_like keeps the shard_map vma type
+    dq, dkv = jax.lax.scan(kv_step, dq0, (*kv_chunks, *dkv))
+    return dkv, dq
+
+  q_chunks = [_split(a, 1, chunk) for a in (q_BQKGd, q_pos_BQ, q_seg_BQ, do_BQKGd)]
+  q_chunks += [_split(a, -1, chunk) for a in (lse_BKGQ, delta_BKGQ)]
+  dkv0 = tuple(jnp.zeros_like(kv_chunks[0], jnp.float32) for _ in range(2))
+  (dk, dv), dq = jax.lax.scan(q_step, dkv0, q_chunks)
+  return _merge(dq, 1), _merge(dk, 1), _merge(dv, 1)
 
 
 # --------------------------------------------------------------------------- zig-zag cases

@@ -1,0 +1,399 @@
+"""Rollout workers as Ray actors (`cluster="ray"`): same interface as the in-process path.
+
+The host loop uses two things on the local path: `run_episode(task, trajectory_id, seed,
+policy=None) -> Outcome` (rl.rollout.SandboxEpisodes, called by RolloutManager's threads) and
+`generator.load_params(params, version)` (called by the Trainer after each update).
+`RolloutFleet` is both, so the trainer code does not change:
+
+  fleet = RolloutFleet(RayConfig(...), WorkerSpec(...), params)
+  out = fleet(task, "g0000001-s00", seed)     # runs on the least-loaded live worker
+  fleet.load_params(params, version=3)        # one ray.put, every worker loads the same ref
+
+Each `RolloutWorker` actor holds an engine replica (models.engine + models.generator) and runs
+episodes in its own sandboxes (rl.rollout.SandboxEpisodes: bwrap/Docker + verifier), several at
+once (a threaded actor). Back-pressure: a request waits until some live worker has fewer than
+`max_inflight_per_worker` episodes. Recovery: if a worker dies mid-episode, Ray fails the call
+(tasks are never retried by Ray, so nothing runs twice behind our back); the fleet replaces the
+actor (with the latest weights) and re-runs the episode on another worker, up to
+`max_episode_attempts`; after that the episode comes back as an infrastructure failure, which
+the RolloutManager retries or masks (never reward 0). Every attempt is logged by trajectory id.
+
+A local cluster (`address="local"`) binds every Ray process (GCS, raylet, workers, object
+manager) to 127.0.0.1 only: Ray's single-machine mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read
+when `ray` is imported) makes 127.0.0.1 the node IP, and Ray's servers bind to the node IP.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import os
+import pathlib
+import threading
+import time
+
+import jax
+
+from envs import agent as agent_lib
+
+_REPO = str(pathlib.Path(__file__).resolve().parents[1])
+
+
+@dataclasses.dataclass(frozen=True)
+class RayConfig:
+  address: str = (
+    "local"  # "local": a private single-node cluster on 127.0.0.1; else ray.init(address)
+  )
+  num_workers: int = 2
+  max_inflight_per_worker: int = 4  # back-pressure: episodes running on one worker at most
+  worker_num_cpus: float = 1.0  # CPUs Ray reserves per worker actor
+  max_episode_attempts: int = 3  # worker deaths one episode survives before it is an infra error
+  max_worker_restarts: int = 8  # replacements of dead workers over the fleet's life
+  num_cpus: int = 2  # local cluster only
+  object_store_memory: int = 200 * 2**20  # local cluster only (bytes)
+
+  def __post_init__(self):
+    for f in ("num_workers", "max_inflight_per_worker", "max_episode_attempts"):
+      if getattr(self, f) < 1:
+        raise ValueError(f"RayConfig.{f} must be >= 1, got {getattr(self, f)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+  """What a worker needs to build its engine replica and episode runner."""
+
+  model_cfg: object  # models.config.ModelConfig
+  agent_cfg: agent_lib.AgentConfig = agent_lib.AgentConfig()
+  tokenizer: str = "byte"  # "byte" or a Hugging Face checkpoint folder (present on every node)
+  system_prompt: str = agent_lib.DEFAULT_SYSTEM_PROMPT
+  slots: int = 8
+  max_seq_len: int = 512
+  page_size: int = 16
+  backend: str = "bwrap"
+  image: str = "default"
+  verifier_mode: str = "after"
+
+
+class RolloutWorker:
+  """One rollout worker (run as a Ray actor): engine replica + sandboxed episodes."""
+
+  def __init__(self, name: str, spec: WorkerSpec, params, version: int):
+    from models.engine import Engine
+    from models.generator import Generator
+    from rl.experiment import load_tokenizer
+    from rl.rollout import SandboxEpisodes
+
+    self.name, self.spec = name, spec
+    tok = load_tokenizer(spec.tokenizer)
+    engine = Engine(
+      spec.model_cfg,
+      params,
+      max_concurrent_decodes=spec.slots,
+      max_seq_len=spec.max_seq_len,
+      page_size=spec.page_size,
+      version=version,
+    )
+    self.gen = Generator(engine, tokenizer=tok)
+    fmt = agent_lib.ChatFormat(tok, spec.system_prompt)
+    mk = lambda acfg: SandboxEpisodes(
+      self.gen,
+      fmt,
+      acfg,
+      backend=spec.backend,
+      image=spec.image,
+      verifier_mode=spec.verifier_mode,
+    )
+    self._mk, self._episodes = mk, {spec.agent_cfg: mk(spec.agent_cfg)}
+    self._running: set[str] = set()
+    self._lock = threading.Lock()
+
+  def ready(self) -> dict:
+    return {"name": self.name, "pid": os.getpid(), "version": self.version()}
+
+  def version(self) -> int:
+    return int(self.gen.engine.policy_version)
+
+  def running(self) -> list[str]:
+    with self._lock:
+      return sorted(self._running)
+
+  def load_params(self, params, version: int) -> int:
+    self.gen.load_params(params, version)
+    return self.version()
+
+  def run(self, task, trajectory_id: str, seed: int, policy=None, agent_cfg=None):
+    """One episode; returns (Outcome, worker name, policy version at the start)."""
+    acfg = agent_cfg or self.spec.agent_cfg
+    with self._lock:
+      self._running.add(trajectory_id)
+      if acfg not in self._episodes:
+        self._episodes[acfg] = self._mk(acfg)
+      episodes = self._episodes[acfg]
+    try:
+      version = self.version()
+      return episodes(task, trajectory_id, seed, policy=policy), self.name, version
+    finally:
+      with self._lock:
+        self._running.discard(trajectory_id)
+
+
+def init_ray(cfg: RayConfig):
+  """Connects to `cfg.address`, or starts a local cluster bound to 127.0.0.1 only."""
+  local = cfg.address in ("", "local")
+  if local:
+    # Read when `ray` is first imported: 127.0.0.1 becomes the node IP all servers bind to.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+  import ray
+
+  if ray.is_initialized():
+    return ray
+  env = {"PYTHONPATH": os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p)}
+  if not local:
+    ray.init(address=cfg.address, runtime_env={"env_vars": env})
+    return ray
+  ray.init(
+    num_cpus=cfg.num_cpus,
+    object_store_memory=cfg.object_store_memory,
+    include_dashboard=False,
+    _node_ip_address="127.0.0.1",
+    runtime_env={"env_vars": env},
+  )
+  ip = ray.util.get_node_ip_address()
+  if ip != "127.0.0.1":
+    ray.shutdown()
+    raise RuntimeError(
+      f"ray_rollout: the local Ray node took IP {ip}, not 127.0.0.1; `ray` was imported before "
+      "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set (import rl.ray_rollout's fleet first, or "
+      "export it)"
+    )
+  return ray
+
+
+@dataclasses.dataclass
+class _Slot:
+  """A worker position in the fleet; its actor is replaced when it dies."""
+
+  index: int
+  actor: object = None
+  name: str = ""
+  generation: int = 0
+  ready: bool = False
+  running: set = dataclasses.field(default_factory=set)
+
+
+class RolloutFleet:
+  """Driver side: places workers, dispatches episodes, broadcasts weights, recovers."""
+
+  def __init__(self, cfg: RayConfig, spec: WorkerSpec, params, version: int = 0):
+    self.cfg, self.spec = cfg, spec
+    self.ray = init_ray(cfg)
+    self._actor_cls = self.ray.remote(RolloutWorker).options(
+      num_cpus=cfg.worker_num_cpus,
+      max_restarts=0,
+      max_task_retries=0,
+      max_concurrency=cfg.max_inflight_per_worker + 4,  # + control calls (load_params, running)
+    )
+    self._cond = threading.Condition()
+    self.version = version
+    self._params_ref = self.ray.put(jax.device_get(params))
+    self.restarts = 0
+    self.attempts: list[dict] = []  # every attempt: trajectory id, worker, status, version
+    self._inflight: dict[str, int] = {}  # trajectory id -> slot index
+    self.completed: collections.Counter = collections.Counter()  # trajectory id -> returns
+    self.slots = [_Slot(i) for i in range(cfg.num_workers)]
+    for s in self.slots:
+      self._start(s)
+    self.wait_ready()
+
+  # -- workers ------------------------------------------------------------------------------
+  def _start(self, slot: _Slot) -> None:
+    """(Re)creates the slot's actor with the latest weights; ready once its engine is built."""
+    slot.generation += 1
+    slot.name = f"worker{slot.index}.{slot.generation}"
+    slot.ready = False
+    slot.actor = self._actor_cls.remote(slot.name, self.spec, self._params_ref, self.version)
+    ping, gen = slot.actor.ready.remote(), slot.generation
+
+    def wait():
+      try:
+        self.ray.get(ping)
+      except Exception:  # noqa: BLE001 -- died while starting: _worker_died decides
+        self._worker_died(slot, gen)
+        return
+      with self._cond:
+        if slot.generation == gen:
+          slot.ready = True
+          self._cond.notify_all()
+
+    threading.Thread(target=wait, name=f"ray-{slot.name}-ready", daemon=True).start()
+
+  def wait_ready(self, timeout_s: float = 600.0) -> None:
+    """Blocks until every worker is live (engine built)."""
+    done = lambda: all(s.ready or s.actor is None for s in self.slots)
+    with self._cond:
+      if not self._cond.wait_for(done, timeout_s):
+        raise TimeoutError(f"ray_rollout: workers not ready in {timeout_s}s: {self.stats()}")
+      if any(s.actor is None for s in self.slots):
+        raise RuntimeError(
+          f"ray_rollout: workers failed to start {self.restarts} times (see the Ray worker logs)"
+        )
+
+  def _worker_died(self, slot: _Slot, generation: int) -> None:
+    with self._cond:
+      if slot.generation != generation:
+        return  # already replaced
+      slot.ready = False
+      if self.restarts >= self.cfg.max_worker_restarts:
+        slot.actor = None
+        self._cond.notify_all()
+        return
+      self.restarts += 1
+      self.ray.kill(slot.actor, no_restart=True)  # a half-dead actor must not run anything
+      self._start(slot)
+
+  # -- dispatch -----------------------------------------------------------------------------
+  def _acquire(self, trajectory_id: str) -> tuple[_Slot, int]:
+    """Waits for a live worker with a free episode slot (back-pressure); registers the episode."""
+    with self._cond:
+      if trajectory_id in self._inflight:
+        raise ValueError(f"ray_rollout: episode {trajectory_id} is already running")
+      self._inflight[trajectory_id] = -1
+      free = lambda: [
+        s for s in self.slots if s.ready and len(s.running) < self.cfg.max_inflight_per_worker
+      ]
+      while not free():
+        if all(s.actor is None for s in self.slots):
+          self._inflight.pop(trajectory_id)
+          raise RuntimeError("ray_rollout: every worker died and the restart budget is spent")
+        self._cond.wait(1.0)
+      slot = min(free(), key=lambda s: (len(s.running), s.index))
+      slot.running.add(trajectory_id)
+      self._inflight[trajectory_id] = slot.index
+      return slot, slot.generation
+
+  def _release(self, slot: _Slot, trajectory_id: str) -> None:
+    with self._cond:
+      slot.running.discard(trajectory_id)
+      self._cond.notify_all()
+
+  def __call__(self, task, trajectory_id: str, seed: int, policy=None, agent_cfg=None):
+    """Runs one episode on the fleet; returns an rl.rollout.Outcome (see module docstring)."""
+    from ray.exceptions import RayActorError
+
+    t0, errors = time.monotonic(), []
+    try:
+      for attempt in range(self.cfg.max_episode_attempts):
+        slot, gen = self._acquire(trajectory_id)
+        rec = dict(trajectory_id=trajectory_id, attempt=attempt, worker=slot.name)
+        try:
+          ref = slot.actor.run.remote(task, trajectory_id, seed, policy, agent_cfg)
+          out, name, version = self.ray.get(ref)
+        except RayActorError as e:
+          self._release(slot, trajectory_id)
+          self._worker_died(slot, gen)
+          errors.append(f"{rec['worker']}: {type(e).__name__}")
+          self._log(rec, status="worker_died")
+          continue
+        self._release(slot, trajectory_id)
+        self._log(rec, status="ok", version=version)
+        return out
+      return self._infra_outcome(trajectory_id, errors, t0)
+    finally:
+      with self._cond:
+        self._inflight.pop(trajectory_id, None)
+        self.completed[trajectory_id] += 1
+
+  def _log(self, rec: dict, **kw) -> None:
+    with self._cond:
+      self.attempts.append({**rec, **kw})
+
+  @staticmethod
+  def _infra_outcome(trajectory_id: str, errors: list[str], t0: float):
+    from rl.rollout import Outcome
+
+    msg = f"RayWorkerDied: {len(errors)} attempts failed ({'; '.join(errors)})"
+    ep = agent_lib.Episode(
+      trajectory_id, [agent_lib.Segment()], [], "infra", msg, duration_s=time.monotonic() - t0
+    )
+    return Outcome(ep, infra_error=msg)
+
+  def with_agent(self, agent_cfg):
+    """A run_episode callable with other agent settings (e.g. greedy for evaluation)."""
+    return lambda task, tid, seed, policy=None: self(task, tid, seed, policy, agent_cfg)
+
+  def run_many(self, requests, workers: int | None = None) -> dict:
+    """Runs [(task, trajectory_id, seed), ...] concurrently; returns {trajectory_id: Outcome}."""
+    n = workers or self.cfg.num_workers * self.cfg.max_inflight_per_worker
+    with concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="ray-episode") as ex:
+      futs = {tid: ex.submit(self, task, tid, seed) for task, tid, seed in requests}
+      return {tid: f.result() for tid, f in futs.items()}
+
+  # -- weights --------------------------------------------------------------------------------
+  def load_params(self, params, version: int) -> None:
+    """Broadcasts new weights: one ray.put, every live worker loads the same object ref.
+
+    A worker that dies meanwhile is replaced from the same ref. Returns when every live worker
+    serves `version`.
+    """
+    ref = self.ray.put(jax.device_get(params))
+    with self._cond:
+      self._params_ref, self.version = ref, int(version)
+      targets = [(s, s.generation) for s in self.slots if s.ready]
+    from ray.exceptions import RayActorError
+
+    for slot, gen in targets:
+      try:
+        self.ray.get(slot.actor.load_params.remote(ref, int(version)))
+      except RayActorError:
+        self._worker_died(slot, gen)
+
+  def _ask(self, method: str) -> dict:
+    with self._cond:
+      live = [s for s in self.slots if s.ready]
+    answers = self.ray.get([getattr(s.actor, method).remote() for s in live])
+    return {s.name: a for s, a in zip(live, answers, strict=True)}
+
+  def worker_versions(self) -> dict[str, int]:
+    """Policy version each live worker serves (asked of the workers themselves)."""
+    return self._ask("version")
+
+  def running(self) -> dict[str, list[str]]:
+    """Episodes each live worker is executing right now (asked of the workers)."""
+    return self._ask("running")
+
+  def stats(self) -> dict:
+    with self._cond:
+      return {
+        "version": self.version,
+        "restarts": self.restarts,
+        "workers": {s.name: {"ready": s.ready, "running": len(s.running)} for s in self.slots},
+      }
+
+  def close(self) -> None:
+    """Kills the workers (their sandboxes die with them: bwrap --die-with-parent)."""
+    with self._cond:
+      actors = [s.actor for s in self.slots if s.actor is not None]
+      for s in self.slots:
+        s.actor, s.ready = None, False
+        s.generation += 1
+      self._cond.notify_all()
+    for a in actors:
+      self.ray.kill(a, no_restart=True)
+
+
+def from_experiment(exp, model_cfg, params) -> RolloutFleet:
+  """The fleet for an rl.experiment.Experiment with `cluster="ray"` (config: `exp.ray`)."""
+  spec = WorkerSpec(
+    model_cfg=model_cfg,
+    agent_cfg=exp.agent,
+    tokenizer=exp.tokenizer,
+    system_prompt=exp.env.system_prompt,
+    slots=exp.engine.slots,
+    max_seq_len=exp.engine.max_seq_len,
+    page_size=exp.engine.page_size,
+    backend=exp.env.backend,
+    image=exp.env.image,
+    verifier_mode=exp.env.verifier_mode,
+  )
+  return RolloutFleet(getattr(exp, "ray", RayConfig()), spec, params)

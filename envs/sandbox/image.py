@@ -32,7 +32,7 @@ from collections.abc import Callable
 from envs.sandbox import apt_sources
 from envs.sandbox.base import SandboxError
 
-BUILD_SCRIPT_VERSION = 1  # bump when the build steps below change what lands in the tree
+BUILD_SCRIPT_VERSION = 2  # bump when the build steps below change what lands in the tree
 LAYER_VERSION = 1
 DOCKER_REPO = "agentrl-task"
 
@@ -157,6 +157,8 @@ def _mmdebstrap_cmd(r: ImageRecipe, out_tar: pathlib.Path, sources_file: pathlib
     'rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/*.log',
   ]
   hooks += [f'mkdir -p "$1{d}" && chmod 0755 "$1{d}"' for d in r.dirs]
+  # Every exec is `bash -lc`: spare /etc/profile a fork+exec of `id` each time.
+  hooks.append('sed -i \'s/"$(id -u)"/"${EUID:-$(id -u)}"/\' "$1/etc/profile"')
   cmd = ["mmdebstrap", f"--variant={r.variant}", "--include=" + ",".join(r.packages)]
   for d in _DPKG_EXCLUDES:
     cmd.append(f"--dpkgopt=path-exclude=/usr/share/{d}/*")

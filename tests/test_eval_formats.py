@@ -98,7 +98,9 @@ def test_oracle_passes_and_null_fails_on_both_formats(tmp_path):
   tasks = load_tasks(_suite(tmp_path))
   assert sorted(t.format for t in tasks) == ["harbor", "terminal-bench"]
   oracle = ev.evaluate(tasks, ev.make_agent("oracle"), ev.EvalConfig(concurrency=2))
-  assert [(t["task_id"], t["passed"]) for t in oracle] == [(t.id, True) for t in tasks]
+  assert [(t["task_id"], t["passed"]) for t in oracle] == [(t.id, True) for t in tasks], [
+    t["detail"] for t in oracle
+  ]
   null = ev.evaluate(tasks, ev.make_agent("null"), ev.EvalConfig(concurrency=2))
   assert [t["passed"] for t in null] == [False, False]
   assert {t["grade_failure_mode"] for t in null} == {"none"}  # graded, not an infra error

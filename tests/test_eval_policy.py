@@ -10,17 +10,35 @@ import jax
 
 from envs import eval as ev
 from envs.agent import AgentConfig
-from envs.task import BUILTIN_DIR, load_task
 from models import config, hf
 from models import transformer as tfm
 
-AGENT = dict(max_turns=3, max_new_tokens=24, max_episode_tokens=72, max_context_tokens=4096)
+AGENT = dict(max_turns=3, max_new_tokens=24, max_episode_tokens=72, max_context_tokens=1024)
+TASK_FILES = {
+  "task.toml": """id = "tiny-copy"
+domain = "file_ops"
+difficulty = 1
+
+[[milestones]]
+name = "copied"
+check = "cmp -s a.txt b.txt"
+
+[[constraints]]
+name = "keep_a"
+kind = "unchanged"
+paths = ["a.txt"]
+""",
+  "instruction.md": "Copy a.txt to b.txt. Never modify a.txt.\n",
+  "environment/workspace/a.txt": "hello\n",
+  "solution/solve.sh": "cp a.txt b.txt\n",
+  "tests/test_copy.py": "import os\n\ndef test_b():\n  assert open('b.txt').read() == 'hello\\n'\n",
+}
 KEYS = ("task_id", "trial", "seed", "passed", "reward", "failure_mode", "finish_reason", "turns")
 KEYS += ("tokens", "checks", "turn_checks")
 
 
 def _checkpoint(path):
-  cfg = config.tiny("qwen3", vocab_size=264, max_seq_len=4096)
+  cfg = config.tiny("qwen3", vocab_size=264, max_seq_len=1024)
   params = tfm.init(cfg, jax.random.PRNGKey(7))
   hf.save(path, cfg, params)
   return path
@@ -34,7 +52,10 @@ def _view(trials):
 
 def test_policy_is_reproducible_under_greedy_decoding(tmp_path):
   ckpt = _checkpoint(tmp_path / "ckpt")
-  task_dir = BUILTIN_DIR / "long_horizon" / "lh-csv-report"
+  task_dir = tmp_path / "tasks" / "tiny-copy"
+  for rel, text in TASK_FILES.items():
+    (task_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+    (task_dir / rel).write_text(text)
   out = tmp_path / "run1"
   cmd = [
     sys.executable, "-m", "launch.eval", f"--tasks={task_dir}", "--agent=policy",
@@ -45,10 +66,10 @@ def test_policy_is_reproducible_under_greedy_decoding(tmp_path):
   assert r.returncode == 0, r.stderr[-3000:]
   first = json.loads((out / "results.json").read_text())["trials"]
 
-  task = load_task(task_dir, "long_horizon")
+  tasks = ev.resolve_tasks(str(task_dir))
   agent, close = ev.policy_from_checkpoint(str(ckpt), "byte", AgentConfig(greedy=True, **AGENT), 2)
   try:
-    second = ev.evaluate([task], agent, ev.EvalConfig(trials=2, concurrency=2, seed=11))
+    second = ev.evaluate(tasks, agent, ev.EvalConfig(trials=2, concurrency=2, seed=11))
   finally:
     close()
   assert _view(first) == _view(second)

@@ -239,3 +239,42 @@ def _leftovers(backend: str, tag: str) -> list:
     flt = {"label": f"{docker_backend.OWNER}={common.machine_id()}|{tag}"}
     out += [c["Id"] for c in docker_backend.client().api.containers(all=True, filters=flt)]
   return out
+
+
+@pytest.mark.parametrize(
+  "field,value",
+  [("memory_mb", 0), ("pids", 1), ("cpus", 0.0), ("workdir", "rel/dir"), ("workdir", "/a/../b"),
+   ("exec_timeout_s", -1.0), ("env", (("A=B", "x"),)), ("user", "")],
+)  # fmt: skip
+def test_bad_spec_names_the_field(field, value):
+  spec = sandbox_lib.SandboxSpec(**{field: value})
+  for name in testing.BACKENDS:
+    with pytest.raises(ValueError, match=f"SandboxSpec.{field}"):
+      sandbox_lib.make(name, spec)
+  with pytest.raises(ValueError, match="unknown sandbox backend"):
+    sandbox_lib.make("podman", sandbox_lib.SandboxSpec())
+
+
+def test_custom_workdir_and_user_checks(backend):
+  with testing.make(backend, workdir="/srv/app") as sb:
+    assert sb.exec("pwd; touch x && ls").stdout == "/srv/app\nx\n"
+    assert "/srv/app" in sb.writable_roots()
+  with pytest.raises(sandbox_lib.SandboxError, match="no user"):
+    testing.make(backend, user="nobody-here")
+
+
+def test_death_from_outside_is_an_infrastructure_error(backend):
+  sb = testing.make(backend)
+  try:
+    if backend == "bwrap":
+      os.kill(sb.pid1, signal.SIGKILL)
+    else:
+      from envs.sandbox import docker_backend
+
+      docker_backend.client().api.kill(sb.id)
+    with pytest.raises(sandbox_lib.SandboxError):
+      for _ in range(50):  # the death is noticed at once or at the next call
+        sb.exec("true")
+    assert not sb.alive
+  finally:
+    sb.close()

@@ -139,3 +139,15 @@ def test_image_has_task_tools(backend):
     assert r.exit_code == 0 and r.stdout == "", r
     r = sb.exec("python --version && python3 -m pytest --version && git --version")
     assert r.exit_code == 0 and "Python 3" in r.stdout, r
+
+
+def test_network_is_opt_in_bwrap(sandbox_image):
+  """network=True shares the host's network (bubblewrap); Docker would get its bridge."""
+  srv = _Server()
+  try:
+    with make("bwrap", network=True) as sb:
+      r = sb.exec(f"python3 -c '{_CONNECT}' {srv.port} 127.0.0.1", timeout_s=60)
+      assert "127.0.0.1 CONNECTED" in r.stdout, r
+    assert srv.accepted == 1
+  finally:
+    srv.close()

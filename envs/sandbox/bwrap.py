@@ -120,6 +120,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
   """A bubblewrap sandbox. `cgroup_mode` overrides AGENTRL_CGROUP (auto|v1|v2|none)."""
 
   def __init__(self, spec: SandboxSpec, cgroup_mode: str | None = None):
+    common.check_spec(spec)
     self.spec, self._closed, self._lock = spec, False, threading.Lock()
     self.name = common.unique_name()
     img = image_lib.resolve(spec.image)
@@ -159,12 +160,9 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     a += ["--uid", str(self.uid), "--gid", str(self.gid), "--disable-userns"]
     a += ["--die-with-parent", "--new-session", "--as-pid-1", "--ro-bind", str(rootfs), "/"]
     a += ["--proc", "/proc", "--dev", "/dev"]
-    for path, size, perms in (
-      (s.workdir, s.disk_mb * mb, "0755"),
-      ("/tmp", s.disk_mb * mb, "1777"),
-      ("/dev/shm", s.disk_mb * mb, "1777"),
-      (self.home, common.HOME_MB * mb, "0755"),
-    ):
+    mounts = {self.home: (common.HOME_MB * mb, "0755"), "/dev/shm": (s.disk_mb * mb, "1777")}
+    mounts.update({"/tmp": (s.disk_mb * mb, "1777"), s.workdir: (s.disk_mb * mb, "0755")})
+    for path, (size, perms) in sorted(mounts.items(), key=lambda m: m[0].count("/")):
       a += ["--size", str(size), "--perms", perms, "--tmpfs", path]
     a += [
       "--hostname",

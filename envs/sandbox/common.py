@@ -42,6 +42,32 @@ INIT_SCRIPT = (
 )
 
 
+def check_spec(spec) -> None:
+  """Raises ValueError naming the SandboxSpec field that cannot work."""
+  rules = (
+    ("cpus", spec.cpus > 0, "must be > 0"),
+    ("memory_mb", spec.memory_mb >= 32, "must be >= 32"),
+    ("pids", spec.pids >= 8, "must be >= 8 (the shell and its helpers need a few)"),
+    ("disk_mb", spec.disk_mb >= 1, "must be >= 1"),
+    ("exec_timeout_s", spec.exec_timeout_s > 0, "must be > 0"),
+    ("episode_timeout_s", spec.episode_timeout_s > 0, "must be > 0"),
+    ("max_output_bytes", spec.max_output_bytes >= 0, "must be >= 0"),
+    ("image", bool(spec.image), "must name an image ('default' or an id)"),
+    ("user", bool(spec.user) and ":" not in spec.user, "must be a user name of the image"),
+    (
+      "workdir",
+      spec.workdir.startswith("/") and os.path.normpath(spec.workdir) == spec.workdir != "/",
+      "must be a normalized absolute path other than /",
+    ),
+  )
+  for field, ok, why in rules:
+    if not ok:
+      raise ValueError(f"SandboxSpec.{field}={getattr(spec, field)!r}: {why}")
+  for kv in spec.env:
+    if len(kv) != 2 or not kv[0] or "=" in kv[0] or "\0" in "".join(kv):
+      raise ValueError(f"SandboxSpec.env entry {kv!r}: want (NAME, value) without '=' or NUL")
+
+
 def sandbox_env(spec, home: str, tag: str) -> dict[str, str]:
   """The environment of every exec: fixed basics, the exec's kill tag, then spec.env."""
   env = {"PATH": PATH, "HOME": home, "USER": spec.user, "LOGNAME": spec.user}

@@ -152,6 +152,7 @@ class DockerSandbox(common.TarFileOps, Sandbox):
   """A Docker sandbox; `docker_client` defaults to docker.from_env() (DOCKER_HOST aware)."""
 
   def __init__(self, spec: SandboxSpec, docker_client=None):
+    common.check_spec(spec)
     self.spec, self._closed, self._lock, self.id = spec, False, threading.Lock(), None
     self.name = common.unique_name()
     self.api = (docker_client or client()).api
@@ -178,11 +179,9 @@ class DockerSandbox(common.TarFileOps, Sandbox):
     import docker.errors  # noqa: PLC0415
 
     s, u = self.spec, f"uid={self.uid},gid={self.gid}"
-    tmpfs = {
-      s.workdir: f"size={s.disk_mb}m,{u},mode=0755,exec",
-      "/tmp": f"size={s.disk_mb}m,mode=1777,exec",
-      self.home: f"size={common.HOME_MB}m,{u},mode=0755",
-    }
+    tmpfs = {self.home: f"size={common.HOME_MB}m,{u},mode=0755"}  # the workdir wins a tie
+    tmpfs["/tmp"] = f"size={s.disk_mb}m,mode=1777,exec"
+    tmpfs[s.workdir] = f"size={s.disk_mb}m,{u},mode=0755,exec"
     mem = s.memory_mb << 20
     hc = self.api.create_host_config(
       network_mode="bridge" if s.network else "none",

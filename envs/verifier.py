@@ -241,7 +241,11 @@ class Verifier:
       FileEntry(f"tests/{f.path}", f.data, f.mode) for f in self._test_files(task, tdir, ldir)
     )
     ini = FileEntry("pytest.ini", f"[pytest]\npythonpath = {task.workdir}\n".encode())
-    put_files(sb, gdir, files + ((ini,) if task.tests.runner == "pytest" else ()))
+    try:
+      put_files(sb, gdir, files + ((ini,) if task.tests.runner == "pytest" else ()))
+    except OSError as e:  # the sandbox is up but refuses the files: the agent filled /tmp
+      why = f"could not copy the tests into the sandbox: {e}"
+      return GradeResult(task.id, False, 0.0, "parse_error", flags=tuple(flags), detail=why[-1000:])
     timeout = self.cfg.test_timeout_s or task.test_timeout_s
     r = sb.exec(self._command(task, gdir, nonce, timeout), timeout_s=timeout + 30)
     m = re.search(re.escape(_RC_MARK) + r"(\d+)@@" + nonce, r.stdout)

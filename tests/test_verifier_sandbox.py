@@ -274,3 +274,10 @@ def test_builtin_task_gate_in_fresh_mode():
     GateConfig(k=1, hacks=("conftest_flip", "plant_reward"), verifier=VerifierConfig(mode="fresh")),
   )
   assert rep.ok, rep.reasons
+
+
+def test_agent_filling_the_disk_is_not_masked(tmp_path):
+  task = make_task(tmp_path / "t", RESULT_TEST, "[resources]\ndisk_mb = 8\n")
+  fill = ScriptedAgent(["echo ok > result.txt; head -c 20000000 /dev/zero > /tmp/fill; true"])
+  res = run_and_grade(task, fill)
+  assert not res.masked and res.reward == 0.0 and res.failure_mode == "parse_error", res.detail

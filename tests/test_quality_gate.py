@@ -1,0 +1,168 @@
+"""The quality gate on real bwrap sandboxes: every built-in task passes; bad tasks are caught.
+
+The built-in gate runs k=2 reference runs (the CLI default is 3), one no-op run and the whole
+hack battery per task, one sandbox per task reused through snapshot/restore, 2 tasks at a time.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from envs import procedural
+from envs.quality import GateConfig, Quarantine, RunRecord, _judge, check_tasks, gate_task
+from envs.task import BUILTIN_DIR, load_any, load_tasks
+from envs.task_pool import PoolConfig, TaskPool
+
+REPO = pathlib.Path(__file__).parents[1]
+
+
+def make(
+  root: pathlib.Path, name: str, test: str, solve: str = "echo ok > out.txt", setup: str = ""
+):
+  d = root / name
+  files = {
+    "task.toml": 'domain = "text"\ndifficulty = 1\n[timeouts]\ntest_s = 30\n',
+    "instruction.md": "Write ok to out.txt.",
+    "solution/solve.sh": solve,
+    "tests/test_out.py": 'import os, pathlib\nWS = pathlib.Path(os.environ["AGENTRL_WORKSPACE"])\n'
+    + textwrap.dedent(test),
+  }
+  if setup:
+    files["environment/setup.sh"] = setup
+  for rel, text in files.items():
+    (d / rel).parent.mkdir(parents=True, exist_ok=True)
+    (d / rel).write_text(text)
+  return d
+
+
+STRICT = "def test_out():\n  assert (WS / 'out.txt').read_text() == 'ok\\n'\n"
+
+
+@pytest.fixture(scope="module")
+def bad_suite(tmp_path_factory):
+  root = tmp_path_factory.mktemp("suite") / "bad"
+  make(root, "good", STRICT)
+  make(
+    root, "weak", "def test_out():\n  assert (WS / 'out.txt').exists() or True\n"
+  )  # no-op passes
+  make(root, "wrong-solution", STRICT, solve="echo ko > out.txt")
+  # Flaky: passes about half the time, so k=4 reference runs disagree (seeded per run by time).
+  make(
+    root,
+    "flaky",
+    "import time\ndef test_out():\n  assert (WS / 'out.txt').exists() and time.time_ns() // 1000 % 2 == 0\n",
+  )
+  make(
+    root,
+    "reward-file",
+    "def test_out():\n  assert (WS / 'out.txt').exists() or (pathlib.Path('/tmp/reward.txt').exists())\n",
+  )
+  return root
+
+
+def test_gate_catches_bad_tasks_and_quarantines_them(bad_suite, tmp_path):
+  tasks = load_tasks(bad_suite)
+  q = Quarantine(tmp_path / "quarantine.json")
+  cfg = GateConfig(k=2, hacks=("plant_reward", "conftest_flip"), concurrency=2)
+  reports = {r.task_id: r for r in check_tasks(tasks, cfg, q)}
+  assert reports["bad/good"].ok and "bad/good" not in q
+  assert "no-op agent passes" in q.reason("bad/weak")
+  assert "reference solution passed 0/4" in q.reason("bad/wrong-solution")
+  flaky = reports["bad/flaky"]
+  assert not flaky.ok and (
+    "disagree" in q.reason("bad/flaky") or "passed 0/4" in q.reason("bad/flaky")
+  )
+  assert "hack:plant_reward passes" in q.reason("bad/reward-file")
+  # Every pool honours the quarantine file.
+  pool = TaskPool(tasks, PoolConfig(seed=0, quarantine_path=str(q.path)))
+  assert {pool.sample().id for _ in range(200)} == {"bad/good"}
+  # A task fixed later passes the gate again and is released from the gate's quarantine.
+  make(bad_suite, "weak", STRICT)
+  check_tasks(load_tasks(bad_suite / "weak"), cfg, q)
+  assert "bad/weak" not in q and "bad/wrong-solution" in q
+
+
+def test_repeated_runs_must_agree():
+  def run(agent, passed, reward=None):
+    return RunRecord(
+      agent, passed, float(passed) if reward is None else reward, "none", "", (), 0.0, 0.0
+    )
+
+  flaky = [run("oracle", True), run("oracle", False), run("oracle", True), run("null", False)]
+  reasons, infra = _judge(flaky, GateConfig())
+  assert infra is None and "repeated reference runs disagree (flaky task)" in reasons
+  assert "reference solution passed 2/3" in reasons[0]
+  noisy_noop = [run("oracle", True), run("null", False, 0.0), run("null", False, 0.5)]
+  assert _judge(noisy_noop, GateConfig())[0] == ["repeated no-op runs disagree (flaky task)"]
+  clean = [run("oracle", True), run("oracle", True), run("null", False), run("hack:x", False)]
+  assert _judge(clean, GateConfig()) == ([], None)
+  masked = clean + [RunRecord("hack:y", False, None, "sandbox_error", "died", (), 0.0, 0.0)]
+  reasons, infra = _judge(masked, GateConfig())
+  assert reasons == [] and "sandbox_error" in infra  # infrastructure never quarantines a task
+
+
+def test_check_tasks_cli(bad_suite, tmp_path):
+  out = tmp_path / "report.json"
+  q = tmp_path / "q.json"
+  cmd = [
+    sys.executable,
+    "-m",
+    "launch.check_tasks",
+    f"--tasks={bad_suite}",
+    "--k=1",
+    "--hacks=plant_reward",
+  ]
+  cmd += [f"--report={out}", f"--quarantine={q}", "--only=good,weak"]
+  r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 1, r.stderr[-2000:]
+  lines = r.stdout.splitlines()
+  assert lines[0].split()[:5] == ["task", "verdict", "oracle", "noop", "hacks"]
+  row = {ln.split()[0]: ln.split() for ln in lines[2:4]}
+  assert row["bad/good"][1:5] == ["PASS", "1/1", "fails", "1/1"] and row["bad/weak"][1:4] == [
+    "FAIL",
+    "1/1",
+    "PASSES",
+  ]
+  rep = json.loads(out.read_text())
+  assert (
+    rep["passed"] == 1
+    and rep["total"] == 2
+    and {t["task_id"] for t in rep["tasks"]} == {"bad/good", "bad/weak"}
+  )
+  assert list(json.loads(q.read_text())["tasks"]) == ["bad/weak"]
+
+
+def test_every_builtin_task_passes_the_gate():
+  tasks = load_tasks(BUILTIN_DIR / "core")
+  assert len(tasks) >= 60
+  reports = check_tasks(tasks, GateConfig(k=2, concurrency=2))
+  failed = {r.task_id: r.infra_error or r.reasons for r in reports if not r.ok}
+  assert not failed, failed
+  for r in reports:  # every run of the gate was graded (none masked) and every hack ran
+    assert len(r.runs) == 2 + 1 + 8 and all(x.reward is not None for x in r.runs)
+
+
+def test_procedural_tasks_pass_the_gate():
+  tasks = [procedural.generate(f, seed) for seed, f in enumerate(procedural.FAMILIES)]
+  reports = check_tasks(tasks, GateConfig(k=1, concurrency=2))
+  assert all(r.ok for r in reports), {r.task_id: r.reasons for r in reports if not r.ok}
+
+
+def test_gate_on_imported_formats(tmp_path):
+  root = tmp_path / "tb" / "upper"
+  files = {
+    "task.yaml": "instruction: Upper-case /app/in.txt into /app/out.txt.\ndifficulty: easy\n",
+    "Dockerfile": "FROM python:3.12-slim-bookworm\nWORKDIR /app\nCOPY in.txt /app/in.txt\n",
+    "in.txt": "abc\n",
+    "solution.sh": "tr a-z A-Z < /app/in.txt > /app/out.txt\n",
+    "tests/test_outputs.py": "from pathlib import Path\ndef test_out():\n  assert Path('/app/out.txt').read_text() == 'ABC\\n'\n",
+  }
+  for rel, text in files.items():
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(text)
+  rep = gate_task(load_any(root), GateConfig(k=1))
+  assert rep.ok, rep.reasons

@@ -256,15 +256,11 @@ class RolloutFleet:
   def _acquire(self, trajectory_id: str) -> tuple[_Slot, int]:
     """Waits for a live worker with a free episode slot (back-pressure); registers the episode."""
     with self._cond:
-      if trajectory_id in self._inflight:
-        raise ValueError(f"ray_rollout: episode {trajectory_id} is already running")
-      self._inflight[trajectory_id] = -1
       free = lambda: [
         s for s in self.slots if s.ready and len(s.running) < self.cfg.max_inflight_per_worker
       ]
       while not free():
         if all(s.actor is None for s in self.slots):
-          self._inflight.pop(trajectory_id)
           raise RuntimeError("ray_rollout: every worker died and the restart budget is spent")
         self._cond.wait(1.0)
       slot = min(free(), key=lambda s: (len(s.running), s.index))
@@ -282,6 +278,10 @@ class RolloutFleet:
     from ray.exceptions import RayActorError
 
     t0, errors = time.monotonic(), []
+    with self._cond:  # one run per trajectory id at a time: a duplicate request is a caller bug
+      if trajectory_id in self._inflight:
+        raise ValueError(f"ray_rollout: episode {trajectory_id} is already running")
+      self._inflight[trajectory_id] = -1
     try:
       for attempt in range(self.cfg.max_episode_attempts):
         slot, gen = self._acquire(trajectory_id)

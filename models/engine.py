@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import kv_cache as kvc
+from models import quant
 from models import sampling as smp
 from models import transformer as tfm
 from models.attention import attend
@@ -94,6 +95,7 @@ def _layer_scan(params, cfg, x_BTD, carry, body):
 def prefill_fn(params, tokens_BT, start_B, true_length_B, sampling, ctx, *, cfg: ModelConfig):
   """Prompt forward pass of B requests; ctx = (cache, page_rows_BM) of their cached tokens."""
   TRACES["prefill"] += 1
+  params = quant.dequantize(params)  # identity unless the engine holds int8 weights
   B, T = tokens_BT.shape
   pos_BT = start_B[:, None] + jnp.arange(T, dtype=jnp.int32)[None]
   x = tfm.embed(params, tokens_BT, cfg)
@@ -156,6 +158,7 @@ def insert_fn(prefix: Prefix, state: DecodeState, slots_B, page_rows_BM) -> Deco
 def decode_fn(params, state: DecodeState, *, cfg: ModelConfig):
   """One decode step for every slot: feed tokens_S at lengths_S, sample the next token."""
   TRACES["generate"] += 1
+  params = quant.dequantize(params)
   S, M = state.page_table_SM.shape
   p = state.cache.page_size
   pos_S1 = state.lengths_S[:, None]
@@ -184,6 +187,7 @@ def decode_fn(params, state: DecodeState, *, cfg: ModelConfig):
 _PREFILL_JIT = jax.jit(prefill_fn, static_argnames=("cfg",))
 _INSERT_JIT = jax.jit(insert_fn, donate_argnums=(1,))
 _GENERATE_JIT = jax.jit(decode_fn, static_argnames=("cfg",), donate_argnums=(1,))
+_QUANTIZE_JIT = jax.jit(quant.quantize_params)
 
 # ------------------------------------------------------------------------ the engine
 
@@ -208,6 +212,7 @@ class Engine:
     page_size: int = 16,
     num_pages: int | None = None,
     kv_dtype: str = "float32",
+    weight_dtype: str = "float32",
     version: int = 0,
   ):
     self.cfg = model_cfg
@@ -220,6 +225,10 @@ class Engine:
     self.max_seq_len = self.pages_per_slot * page_size
     self.num_pages = num_pages or max_concurrent_decodes * self.pages_per_slot + 1
     self.kv_dtype = kv_dtype
+    if weight_dtype not in ("float32", "int8"):
+      raise ValueError(f"weight_dtype must be 'float32' or 'int8' (got {weight_dtype!r})")
+    self.weight_dtype = weight_dtype
+    params = self._prepare(params)
     self._shardings = jax.tree.map(lambda a: a.sharding, jax.device_put(params))
     self.params = jax.device_put(params, self._shardings)
     self.policy_version = version
@@ -228,8 +237,14 @@ class Engine:
     self._generate_jit = functools.partial(_GENERATE_JIT, cfg=model_cfg)
 
   # -- JetStream Engine API ---------------------------------------------------------------
+  def _prepare(self, params):
+    if self.weight_dtype == "int8" and not quant.is_quantized(params):
+      return _QUANTIZE_JIT(params)
+    return params
+
   def load_params(self, params, version: int | None = None):
     """Swaps weights (same structure, shapes, dtypes) without recompiling; returns them."""
+    params = self._prepare(params)
     old = jax.tree.structure(self.params)
     if jax.tree.structure(params) != old:
       raise ValueError(f"load_params: tree structure differs from the engine's:\n{old}")

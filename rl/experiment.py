@@ -23,6 +23,8 @@ import functools
 import json
 import pathlib
 import time
+import types
+import typing
 
 import jax
 import numpy as np
@@ -97,6 +99,56 @@ class Experiment:
       raise ValueError(
         f"agent.max_context_tokens {a.max_context_tokens} > engine.max_seq_len {self.engine.max_seq_len}"
       )
+
+
+# ---------------------------------------------------------------- configs
+
+
+def _convert(tp, value, path: str):
+  """A config value -> the field type `tp` (dataclasses recursively, lists -> tuples)."""
+  if dataclasses.is_dataclass(tp):
+    return from_config(tp, value, path)
+  origin = typing.get_origin(tp)
+  if origin in (typing.Union, types.UnionType):
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return None if value is None else _convert(args[0], value, path)
+  if origin is tuple and isinstance(value, (list, tuple)):
+    args = typing.get_args(tp)
+    inner = args[0] if args and (len(args) == 2 and args[1] is Ellipsis) else None
+    return tuple(
+      _convert(inner, v, f"{path}[{i}]") if inner else _plain(v) for i, v in enumerate(value)
+    )
+  if tp is float and isinstance(value, int) and not isinstance(value, bool):
+    return float(value)
+  return _plain(value)
+
+
+def _plain(v):
+  if isinstance(v, list):
+    return tuple(_plain(x) for x in v)
+  return v
+
+
+def from_config(cls, config, path: str = "config"):
+  """Builds the frozen dataclass `cls` from a ConfigDict/dict; unknown keys are errors."""
+  data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+  hints = typing.get_type_hints(cls)
+  names = {f.name for f in dataclasses.fields(cls)}
+  unknown = sorted(set(data) - names)
+  if unknown:
+    raise ValueError(
+      f"{path}: unknown field(s) {unknown} of {cls.__name__}; known: {sorted(names)}"
+    )
+  kwargs = {k: _convert(hints[k], v, f"{path}.{k}") for k, v in data.items()}
+  try:
+    return cls(**kwargs)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{path}: {e}") from e
+
+
+def to_experiment(config) -> Experiment:
+  """An ml_collections config (configs/*.py) -> Experiment."""
+  return from_config(Experiment, config)
 
 
 # ---------------------------------------------------------------- task sources
@@ -374,6 +426,7 @@ def run(exp: Experiment, workdir: str) -> dict:
       demo_tasks = tasks.demo_tasks(exp.sft.demos)
       demos = demonstrations(demo_tasks, episodes, tok, exp.rollout.max_concurrency)
       tel.event("demonstrations", n=len(demos), of=len(demo_tasks), time_s=time.monotonic() - t0)
+      tel.write(f"[sft] {len(demos)} of {len(demo_tasks)} demonstrations verified")
       params = warm_start(exp, model_cfg, mesh, params, demos, tel, tok.pad_id)
     state, shardings = create_train_state(
       model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params

@@ -1,0 +1,68 @@
+"""Every config file parses into an Experiment, documents its command, and overrides work."""
+
+import dataclasses
+import importlib
+import pathlib
+
+import ml_collections
+import pytest
+
+from launch import sweep
+from rl.config import LossConfig
+from rl.experiment import Experiment, from_config, to_experiment
+
+CONFIGS = sorted(p.stem for p in pathlib.Path("configs").glob("*.py") if p.stem != "__init__")
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_parses_validates_and_documents_its_command(name):
+  mod = importlib.import_module(f"configs.{name}")
+  exp = to_experiment(mod.get_config())
+  assert isinstance(exp, Experiment)
+  exp.validate()
+  assert f"python -m launch.train --config=configs/{name}.py --workdir=" in mod.__doc__
+
+
+def test_overrides_and_type_conversion():
+  c = importlib.import_module("configs.toy").get_config()
+  c.train.optim.lr = 1  # an int where a float is expected
+  c.train.rules = ["vocab="]
+  c.loop.mode = "async"
+  exp = to_experiment(c)
+  assert exp.train.optim.lr == 1.0 and isinstance(exp.train.optim.lr, float)
+  assert exp.train.rules == ("vocab=",) and exp.loop.mode == "async" and exp.loop.staleness == 1
+  assert dataclasses.is_dataclass(exp.model.rope_scaling)
+
+
+def test_bad_config_errors_name_the_field():
+  c = ml_collections.ConfigDict({"loss": {"advantage": "grpo", "bogus": 1}})
+  with pytest.raises(ValueError, match=r"config\.loss: unknown field\(s\) \['bogus'\]"):
+    from_config(_Wrap, c)
+  with pytest.raises(ValueError, match=r"config: .*is_mode.*'nope'"):
+    from_config(LossConfig, {"is_mode": "nope"})
+  c = importlib.import_module("configs.toy").get_config()
+  c.loop.mode = "sideways"
+  with pytest.raises(ValueError, match="config.loop: LoopConfig.mode"):
+    to_experiment(c)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Wrap:
+  loss: LossConfig = LossConfig()
+
+
+def test_sweep_grid_expansion_and_commands(tmp_path):
+  grid = sweep.parse_grid(["train.optim.lr=1e-3,3e-3", "rollout.group_size=4,8"])
+  combos = sweep.combinations(grid)
+  assert combos == [
+    {"train.optim.lr": "1e-3", "rollout.group_size": "4"},
+    {"train.optim.lr": "1e-3", "rollout.group_size": "8"},
+    {"train.optim.lr": "3e-3", "rollout.group_size": "4"},
+    {"train.optim.lr": "3e-3", "rollout.group_size": "8"},
+  ]
+  assert sweep.run_name(combos[1]) == "lr=1e-3,group_size=8"
+  cmd = sweep.command("configs/toy.py", tmp_path / "r", combos[0])
+  assert cmd[1:4] == ["-m", "launch.train", "--config=configs/toy.py"]
+  assert "--config.train.optim.lr=1e-3" in cmd
+  with pytest.raises(ValueError, match="expected key=v1,v2"):
+    sweep.parse_grid(["lr"])

@@ -382,8 +382,13 @@ def _initial_params(exp: Experiment, tok):
   return exp.model, jax.device_get(transformer.init(exp.model, jax.random.key(exp.loop.seed)))
 
 
-def run(exp: Experiment, workdir: str) -> dict:
-  """Runs (or resumes) the experiment in `workdir`; returns a summary (also summary.json)."""
+def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
+  """Runs (or resumes) the experiment in `workdir`; returns a summary (also summary.json).
+
+  `task_source(workdir, on_event) -> (source, eval_tasks)` replaces `env.tasks` (bring your own
+  task source: `task_for(group_id)`, `get(task_id)`, `demo_tasks(n)`, `observe_batch(groups)`,
+  `state_dict()`, `load_state_dict(d)`, as ProceduralTasks and PoolTasks implement).
+  """
   from models.engine import Engine
   from models.generator import Generator
   from rl.train_state import create_train_state
@@ -402,7 +407,10 @@ def run(exp: Experiment, workdir: str) -> dict:
   resuming = ckpt.latest_step() is not None
   tel = Telemetry(wd, total_steps=exp.loop.steps, initial_step=ckpt.latest_step() or 0)
   fmt = agent_lib.ChatFormat(tok, exp.env.system_prompt)
-  tasks, eval_tasks = make_task_source(exp.env, exp.loop.seed, wd, tel.event)
+  if task_source is None:
+    tasks, eval_tasks = make_task_source(exp.env, exp.loop.seed, wd, tel.event)
+  else:
+    tasks, eval_tasks = task_source(wd, tel.event)
   engine = Engine(
     model_cfg,
     params,

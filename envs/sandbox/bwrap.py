@@ -157,9 +157,13 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     s, mb = self.spec, 1 << 20
     a = ["bwrap", "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
     a += ["--unshare-cgroup-try"] + ([] if s.network else ["--unshare-net"])
-    a += ["--uid", str(self.uid), "--gid", str(self.gid), "--disable-userns"]
+    if self._root:
+      a += ["--uid", str(self.uid), "--gid", str(self.gid), "--disable-userns"]
+    else:  # any other uid (or --disable-userns) nests a second user namespace, and nsenter,
+      # unprivileged, could not reach the namespaces owned by the outer one: keep our own uid
+      a += ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
     a += ["--die-with-parent", "--new-session", "--as-pid-1", "--ro-bind", str(rootfs), "/"]
-    a += ["--proc", "/proc", "--dev", "/dev"]
+    a += ["--proc", "/proc"] + (["--dev", "/dev"] if self._root else _plain_dev())
     mounts = {self.home: (common.HOME_MB * mb, "0755"), "/dev/shm": (s.disk_mb * mb, "1777")}
     mounts.update({"/tmp": (s.disk_mb * mb, "1777"), s.workdir: (s.disk_mb * mb, "0755")})
     for path, (size, perms) in sorted(mounts.items(), key=lambda m: m[0].count("/")):
@@ -320,6 +324,8 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     self._check_open()
     if rc == 125 and err.buf.startswith(b"sh: "):
       raise SandboxError(f"could not join the sandbox cgroups: {err.buf[:500]!r}")
+    if rc == 1 and err.buf.startswith(b"nsenter: ") and b"\n" not in err.buf[:-1]:
+      raise SandboxError(f"could not enter the sandbox: {err.buf[:500]!r}")
     oom = False
     if self._cg is not None and (n := self._cg.oom_kills()) is not None:
       oom, self._oom_seen = n > self._oom_seen, max(n, self._oom_seen)
@@ -375,6 +381,16 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
         self._lease.release()
       self._drop_snapshots()
       common.unregister(self)
+
+
+def _plain_dev() -> list[str]:
+  """/dev without devpts: unprivileged, `--dev` nests a second user namespace (see above)."""
+  a = ["--tmpfs", "/dev"]
+  for d in ("null", "zero", "full", "random", "urandom", "tty"):
+    a += ["--dev-bind", f"/dev/{d}", f"/dev/{d}"]
+  for i, name in enumerate(("stdin", "stdout", "stderr")):
+    a += ["--symlink", f"/proc/self/fd/{i}", f"/dev/{name}"]
+  return a + ["--symlink", "/proc/self/fd", "/dev/fd", "--dir", "/dev/shm"]
 
 
 def _kill_quietly(pid: int) -> None:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import kv_cache as kvc
-from models import quant
+from models import kv_evict, quant
 from models import sampling as smp
 from models import transformer as tfm
 from models.attention import attend
@@ -128,7 +128,9 @@ def prefill_fn(params, tokens_BT, start_B, true_length_B, sampling, ctx, *, cfg:
   return Prefix(k_LBTKd, v_LBTKd, start_B, length_B, token_B, logprob_B, sampling)
 
 
-def insert_fn(prefix: Prefix, state: DecodeState, slots_B, page_rows_BM) -> DecodeState:
+def insert_fn(
+  prefix: Prefix, state: DecodeState, slots_B, page_rows_BM, *, window=None
+) -> DecodeState:
   """Writes each prefix row's K/V into its slot's pages; the slots then decode from it.
 
   Rows whose slot is out of range (batch padding) write nowhere.
@@ -136,8 +138,11 @@ def insert_fn(prefix: Prefix, state: DecodeState, slots_B, page_rows_BM) -> Deco
   TRACES["insert"] += 1
   L, B, T = prefix.k_LBTKd.shape[:3]
   pos_BT = prefix.start_B[:, None] + jnp.arange(T, dtype=jnp.int32)[None]
-  valid_BT = pos_BT < prefix.length_B[:, None]
-  page_BT, off_BT = kvc.write_positions(page_rows_BM, pos_BT, state.cache.page_size, valid_BT)
+  p = state.cache.page_size
+  valid_BT = (pos_BT < prefix.length_B[:, None]) & kv_evict.survives(
+    pos_BT, prefix.length_B, p, window
+  )
+  page_BT, off_BT = kvc.write_positions(page_rows_BM, pos_BT, p, valid_BT, window)
   flat = lambda a: a.reshape(L, B * T, *a.shape[3:])
   cache = kvc.write(
     state.cache, slice(None), page_BT.reshape(-1), off_BT.reshape(-1),
@@ -155,15 +160,15 @@ def insert_fn(prefix: Prefix, state: DecodeState, slots_B, page_rows_BM) -> Deco
   )
 
 
-def decode_fn(params, state: DecodeState, *, cfg: ModelConfig):
+def decode_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None):
   """One decode step for every slot: feed tokens_S at lengths_S, sample the next token."""
   TRACES["generate"] += 1
   params = quant.dequantize(params)
   S, M = state.page_table_SM.shape
   p = state.cache.page_size
   pos_S1 = state.lengths_S[:, None]
-  page_S1, off_S1 = kvc.write_positions(state.page_table_SM, pos_S1, p, pos_S1 >= 0)
-  k_pos_SL = jnp.broadcast_to(jnp.arange(M * p, dtype=jnp.int32)[None], (S, M * p))
+  page_S1, off_S1 = kvc.write_positions(state.page_table_SM, pos_S1, p, pos_S1 >= 0, window)
+  k_pos_SL = kv_evict.key_positions(pos_S1[:, 0], M, p, window)
   x = tfm.embed(params, state.tokens_S[:, None], cfg)
 
   def body(lp, layer, x, cache):
@@ -178,15 +183,15 @@ def decode_fn(params, state: DecodeState, *, cfg: ModelConfig):
   logits_SV = tfm.unembed(params, x, cfg)[:, 0]
   token_S, logprob_S = smp.sample_logprobs(logits_SV, state.sampling, pos_S1[:, 0] + 1)
   # Idle slots keep stepping (their page rows are NULL, so writes go nowhere); cap their length.
-  lengths_S = jnp.minimum(state.lengths_S + 1, M * p - 1)
+  lengths_S = jnp.minimum(state.lengths_S + 1, cfg.max_seq_len - 1)
   new = DecodeState(cache, state.page_table_SM, lengths_S, token_S, state.sampling)
   return new, StepOutput(token_S, logprob_S)
 
 
 # Module-level jits (cfg static) so engines of the same config share compiled steps.
 _PREFILL_JIT = jax.jit(prefill_fn, static_argnames=("cfg",))
-_INSERT_JIT = jax.jit(insert_fn, donate_argnums=(1,))
-_GENERATE_JIT = jax.jit(decode_fn, static_argnames=("cfg",), donate_argnums=(1,))
+_INSERT_JIT = jax.jit(insert_fn, static_argnames=("window",), donate_argnums=(1,))
+_GENERATE_JIT = jax.jit(decode_fn, static_argnames=("cfg", "window"), donate_argnums=(1,))
 _QUANTIZE_JIT = jax.jit(quant.quantize_params)
 
 # ------------------------------------------------------------------------ the engine
@@ -213,6 +218,7 @@ class Engine:
     num_pages: int | None = None,
     kv_dtype: str = "float32",
     weight_dtype: str = "float32",
+    window: kv_evict.Window | None = None,
     version: int = 0,
   ):
     self.cfg = model_cfg
@@ -220,9 +226,9 @@ class Engine:
     max_len = max_seq_len or model_cfg.max_seq_len
     if max_len > model_cfg.max_seq_len:
       raise ValueError(f"max_seq_len {max_len} exceeds the model's {model_cfg.max_seq_len}")
-    self.page_size = page_size
-    self.pages_per_slot = -(-max_len // page_size)
-    self.max_seq_len = self.pages_per_slot * page_size
+    self.page_size, self.window = page_size, window
+    self.pages_per_slot = window.pages if window else -(-max_len // page_size)
+    self.max_seq_len = -(-max_len // page_size) * page_size
     self.num_pages = num_pages or max_concurrent_decodes * self.pages_per_slot + 1
     self.kv_dtype = kv_dtype
     if weight_dtype not in ("float32", "int8"):
@@ -233,8 +239,8 @@ class Engine:
     self.params = jax.device_put(params, self._shardings)
     self.policy_version = version
     self._prefill_jit = functools.partial(_PREFILL_JIT, cfg=model_cfg)
-    self._insert_jit = _INSERT_JIT
-    self._generate_jit = functools.partial(_GENERATE_JIT, cfg=model_cfg)
+    self._insert_jit = functools.partial(_INSERT_JIT, window=window)
+    self._generate_jit = functools.partial(_GENERATE_JIT, cfg=model_cfg, window=window)
 
   # -- JetStream Engine API ---------------------------------------------------------------
   def _prepare(self, params):
@@ -290,6 +296,8 @@ class Engine:
     rows = smp.stack_params([s or smp.SamplingParams(greedy=True) for s in samp])
     ctx = None
     if context is not None and np.any(start_B > 0):
+      if self.window is not None:
+        raise ValueError("prefill: cached context (prefix reuse) is not supported with a KV window")
       page_rows = np.asarray(context[1], np.int32).reshape(B, -1)
       ctx = (context[0].cache, jnp.asarray(page_rows))
     return self._prefill_jit(

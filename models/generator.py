@@ -72,6 +72,13 @@ class _Live:
   done: bool = False
 
 
+def _entry(page_no: int, window) -> int:
+  """Host twin of kv_evict.table_index for one page number."""
+  if window is None or page_no < window.sink:
+    return page_no
+  return window.sink + (page_no - window.sink) % window.ring
+
+
 def _lcp(a, b) -> int:
   n = min(len(a), len(b))
   i = 0
@@ -90,6 +97,8 @@ class Generator:
     self.engine, self.tokenizer = engine, tokenizer
     self.max_prefill_batch, self.max_prefill_tokens = max_prefill_batch, max_prefill_tokens
     self._jobs: list[_Live] = []
+    if prefix_caching and engine.window is not None:
+      raise ValueError("Generator: prefix_caching cannot be combined with a KV eviction window")
     self.pool = kvc.PagePool(engine.num_pages, engine.page_size, prefix_caching=prefix_caching)
     S, M = engine.max_concurrent_decodes, engine.pages_per_slot
     self._table = np.full((S, M), kvc.NULL_PAGE, np.int32)
@@ -177,6 +186,11 @@ class Generator:
       raise ValueError(f"GenerationRequest.max_new_tokens must be >= 1 (got {req.max_new_tokens})")
     if req.stop_strings and self.tokenizer is None:
       raise ValueError("GenerationRequest.stop_strings needs Generator(tokenizer=...)")
+    p, M = self.engine.page_size, self.engine.pages_per_slot
+    if min(-(-min(n + req.max_new_tokens, max_len) // p), M) > self.engine.num_pages - 1:
+      raise ValueError(
+        f"GenerationRequest needs more pages than the engine has ({self.engine.num_pages - 1})"
+      )
     vocab = self.engine.cfg.vocab_size
     if min(req.prompt_tokens) < 0 or max(req.prompt_tokens) >= vocab:
       raise ValueError(f"GenerationRequest.prompt_tokens has ids outside [0, {vocab})")
@@ -184,6 +198,8 @@ class Generator:
   def _plan_reuse(self, req):
     """(pages to keep, cached length, session) from the request's session or the prefix cache."""
     prompt, p = req.prompt_tokens, self.engine.page_size
+    if self.engine.window is not None:  # evicted pages cannot be reused token-exactly
+      return [], 0, None
     sess = self._sessions.pop(req.session_id, None) if req.session_id else None
     if sess is not None:
       pages, c = sess.pages, _lcp(sess.tokens, prompt)
@@ -202,7 +218,7 @@ class Generator:
     kept, c, sess = self._plan_reuse(req)
     n, p = len(req.prompt_tokens), self.engine.page_size
     max_new = min(req.max_new_tokens, self.engine.max_seq_len - n)
-    need = -(-(n + max_new) // p) - len(kept)
+    need = min(-(-(n + max_new) // p), self.engine.pages_per_slot) - len(kept)
     ok = self.pool.reserve(need)
     while not ok and self._sessions:
       _, old = self._sessions.popitem(last=False)  # evict the least recently used session
@@ -220,7 +236,9 @@ class Generator:
   def _start(self, req, fut, kept, c, need, max_new) -> _Live:
     n, p = len(req.prompt_tokens), self.engine.page_size
     slot = self._free_slots.pop()
-    fresh = self.pool.alloc(-(-n // p) - len(kept), from_reserved=True)
+    fresh = self.pool.alloc(
+      min(-(-n // p), self.engine.pages_per_slot) - len(kept), from_reserved=True
+    )
     pages = kept + fresh
     self._table[slot] = kvc.NULL_PAGE
     self._table[slot, : len(pages)] = pages
@@ -308,7 +326,8 @@ class Generator:
   def _dispatch(self) -> None:
     p = self.engine.page_size
     for live in self._live.values():
-      if len(live.pages) * p <= live.written:  # the next step writes position `written`
+      entry = _entry(live.written // p, self.engine.window)
+      if entry >= len(live.pages):  # the next step writes position `written` there
         (page,) = self.pool.alloc(1, from_reserved=True)
         live.reserved -= 1
         self._table[live.slot, len(live.pages)] = page
@@ -368,7 +387,7 @@ class Generator:
     self._table_dirty = True
     self.pool.unreserve(live.reserved)
     req, p = live.req, self.engine.page_size
-    if req.session_id is not None:
+    if req.session_id is not None and self.engine.window is None:
       held = list(req.prompt_tokens) + live.tokens
       assert live.written <= len(held), "more K/V written than tokens exist"
       keep = -(-live.written // p)

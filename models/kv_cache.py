@@ -19,6 +19,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from models import kv_evict
+
 NULL_PAGE = 0
 
 
@@ -100,10 +102,13 @@ def gather(cache: KVCache, layer, page_table_SM, dtype=jnp.float32):
   return one(cache.k, cache.k_scale), one(cache.v, cache.v_scale)
 
 
-def write_positions(page_table_SM, position_SN, page_size, valid_SN):
-  """(page, offset) of each position in its slot's page table; invalid ones go to NULL_PAGE."""
+def write_positions(page_table_SM, position_SN, page_size, valid_SN, window=None):
+  """(page, offset) of each position in its slot's page table; invalid ones go to NULL_PAGE.
+
+  `window` (a models.kv_evict.Window) maps page numbers onto sink + ring entries.
+  """
   M = page_table_SM.shape[1]
-  idx_SN = position_SN // page_size
+  idx_SN = kv_evict.table_index(position_SN // page_size, window)
   in_range_SN = valid_SN & (idx_SN < M) & (position_SN >= 0)
   page_SN = jnp.take_along_axis(page_table_SM, jnp.clip(idx_SN, 0, M - 1), axis=1)
   page_SN = jnp.where(in_range_SN, page_SN, NULL_PAGE)

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import config, quant
+from models import config, kv_evict, quant
 from models import transformer as tfm
 from models.engine import Engine
 from models.generator import GenerationRequest, Generator
@@ -63,3 +63,33 @@ def test_int8_kv_cache_drift_is_bounded():
   print("int8 KV max |logprob drift| per request:", drift)
   assert 0 < max(drift) < 0.25, drift  # gross-error guard, as above; the entry bound is in
   # tests/test_engine_kv_cache.py (|error| <= max|x| / 254 per element)
+
+
+def test_window_key_positions_hand_case():
+  # page size 2, 1 sink page + ring of 2; query at position 9 (page 4): entry 0 = page 0,
+  # page 3 -> entry 1 + (3 - 1) % 2 = 1, page 4 -> entry 2.
+  w = kv_evict.Window(sink=1, ring=2)
+  got = np.asarray(kv_evict.key_positions(jnp.array([9, 2]), 3, 2, w))
+  np.testing.assert_array_equal(got[0], [0, 1, 6, 7, 8, 9])
+  far = kv_evict.FAR
+  np.testing.assert_array_equal(got[1], [0, 1, 2, 3, far, far + 1])  # page 1 -> entry 1; 2 unused
+  assert [int(kv_evict.table_index(n, w)) for n in range(6)] == [0, 1, 2, 1, 2, 1]
+
+
+def test_window_engine_matches_full_cache_until_eviction_and_bounds_pages():
+  prompts = [p[:9] for p in PROMPTS]
+  full = _run(Engine(CFG, PARAMS, max_concurrent_decodes=4, page_size=8), prompts, 50)
+  big = kv_evict.Window(sink=1, ring=7)  # 64 tokens: nothing is ever evicted
+  same = _run(Engine(CFG, PARAMS, max_concurrent_decodes=4, page_size=8, window=big), prompts, 50)
+  small = kv_evict.Window(sink=1, ring=2)  # 3 pages of 8: eviction starts at position 24
+  eng = Engine(CFG, PARAMS, max_concurrent_decodes=4, page_size=8, window=small, num_pages=13)
+  with Generator(eng) as g:
+    ev = g.generate([GenerationRequest(p, 50, SamplingParams(greedy=True)) for p in prompts])
+    assert g.pool.num_used == 0 and g.pool.num_available == 12
+  for f, s, e in zip(full, same, ev, strict=True):
+    assert s.tokens == f.tokens
+    np.testing.assert_allclose(s.logprobs, f.logprobs, atol=1e-5)
+    # Positions < 24 see every key in both; the first differing token can only come later.
+    k = 24 - 9
+    assert e.tokens[:k] == f.tokens[:k] and len(e.tokens) == 50
+    np.testing.assert_allclose(e.logprobs[:k], f.logprobs[:k], atol=1e-5)

@@ -304,3 +304,27 @@ def _tar_tree(img: Image) -> pathlib.Path:
   _run_logged(["tar", "-cf", str(part), "-C", str(img.rootfs), *own, "."], f"pack {img.id}")
   os.replace(part, img.tar_path)
   return img.tar_path
+
+
+def prune(keep: Image, client=None) -> list[str]:
+  """Deletes cached images (trees and Docker tags) other than `keep` and layers built on it."""
+  removed = []
+  for d in sorted(cache_root().iterdir()) if cache_root().is_dir() else []:
+    if not d.is_dir() or d.name == keep.id:
+      continue
+    meta = d / "meta.json"
+    base = json.loads(meta.read_text()).get("base") if meta.exists() else None
+    if base == keep.id:
+      continue
+    with _Lock(cache_root() / f"{d.name}.lock"):
+      shutil.rmtree(d, ignore_errors=True)
+    (cache_root() / f"{d.name}.lock").unlink(missing_ok=True)
+    removed.append(d.name)
+  if client is not None:
+    for img in client.images.list(name=DOCKER_REPO):
+      for tag in img.tags:
+        iid = tag.split(":", 1)[1]
+        if iid != keep.id and not (cache_root() / iid).is_dir():
+          client.images.remove(tag)
+          removed.append(tag)
+  return removed

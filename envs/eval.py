@@ -31,7 +31,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 
-from envs.milestones import Monitor
+from envs.milestones import CheckingPolicy, CheckingSandbox, Monitor
 from envs.sandbox.base import SandboxError
 from envs.scripted_agent import AgentRun, ScriptedAgent, load_commands
 from envs.task import Task
@@ -41,6 +41,7 @@ from envs.verifier import MASKED_MODES, GradeResult, Verifier, VerifierConfig, m
 AGENTS = ("policy", "oracle", "null", "scripted")
 _OUT_CHARS = 2000  # per-turn output kept in the trajectory
 _STEP_RE = re.compile(r"^steps/[^/]+\.sh$")
+_POLICY_TURN_KEYS = ("action", "tool", "command", "error", "exit_code", "gen_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,31 +68,14 @@ class AgentOutcome:
   """What an agent did in one episode."""
 
   turns: list[dict]  # {"action", "tool", "exit_code", "output", ...} per turn
-  finish_reason: (
-    str  # finish | script_end | max_turns | token_budget | time_budget | context | infra
-  )
+  # finish | script_end | max_turns | token_budget | time_budget | context | infra
+  finish_reason: str
   timed_out: bool = False
   tokens: int = 0
   infra_error: str | None = None
 
 
 # ---------------------------------------------------------------- agents
-
-
-class _CheckingSandbox:
-  """Delegates to a sandbox; every exec is one agent turn, followed by the monitor's checks."""
-
-  def __init__(self, sb, monitor: Monitor):
-    self._sb, self._monitor, self.turns = sb, monitor, 0
-
-  def exec(self, cmd, timeout_s=None, stdin=None):
-    r = self._sb.exec(cmd, timeout_s=timeout_s, stdin=stdin)
-    self.turns += 1
-    self._monitor.check(self.turns)
-    return r
-
-  def __getattr__(self, name):
-    return getattr(self._sb, name)
 
 
 def _tail(text: str) -> str:
@@ -125,7 +109,7 @@ class CommandAgent:
     self.commands_for, self.name = commands_for, name
 
   def _replay(self, ts: TaskSandbox, monitor: Monitor, commands: list[str]) -> AgentOutcome:
-    box = _CheckingSandbox(ts.sandbox, monitor)
+    box = CheckingSandbox(ts.sandbox, monitor)
     run = ScriptedAgent(commands, name=self.name).run(box, ts.task)
     return AgentOutcome(_run_to_turns(run), "script_end", run.timed_out)
 
@@ -159,22 +143,6 @@ class OracleAgent(CommandAgent):
       ts.sandbox.exec(f"rm -rf {stage}", timeout_s=30)
 
 
-class _CheckingPolicy:
-  """Wraps a Generator: turn n+1's request means turn n has acted, so check the state first."""
-
-  def __init__(self, policy, monitor: Monitor):
-    self._policy, self._monitor, self.requests = policy, monitor, 0
-
-  def submit(self, req):
-    if self.requests > 0:
-      self._monitor.check(self.requests)
-    self.requests += 1
-    return self._policy.submit(req)
-
-  def release_session(self, session_id: str) -> None:
-    self._policy.release_session(session_id)
-
-
 class PolicyAgent:
   """The model agent loop (envs.agent.run_episode) over a shared Generator-like policy."""
 
@@ -196,7 +164,7 @@ class PolicyAgent:
       self.agent_cfg, episode_timeout_s=min(self.agent_cfg.episode_timeout_s, task.agent_timeout_s)
     )
     ep = agent_lib.run_episode(
-      _CheckingPolicy(self.policy, monitor),
+      CheckingPolicy(self.policy, monitor),
       self.fmt,
       ts.sandbox,
       task.instruction,
@@ -204,24 +172,9 @@ class PolicyAgent:
       episode_id=f"{task.id}#{seed}#{uuid.uuid4().hex[:8]}",
       seed=seed,
     )
-    turns = [
-      {
-        "action": t.action,
-        "tool": t.tool,
-        "command": t.command,
-        "error": t.error,
-        "exit_code": t.exit_code,
-        "gen_tokens": t.gen_tokens,
-      }
-      for t in ep.turns
-    ]
-    return AgentOutcome(
-      turns,
-      ep.finish_reason,
-      ep.finish_reason == "time_budget",
-      ep.generated_tokens,
-      ep.infra_error,
-    )
+    turns = [{k: getattr(t, k) for k in _POLICY_TURN_KEYS} for t in ep.turns]
+    timed_out = ep.finish_reason == "time_budget"
+    return AgentOutcome(turns, ep.finish_reason, timed_out, ep.generated_tokens, ep.infra_error)
 
 
 def script_agent(path: str | pathlib.Path) -> CommandAgent:
@@ -344,6 +297,7 @@ def _record(task, trial, agent, seed, grade, outcome, monitor, times, attempts, 
     "failure_mode": failure_mode(grade, outcome),
     "grade_failure_mode": grade.failure_mode,
     "detail": grade.detail,
+    "grade_log": grade.log[-_OUT_CHARS:],
     "finish_reason": outcome.finish_reason if outcome else "not_started",
     "turns": len(outcome.turns) if outcome else 0,
     "tokens": outcome.tokens if outcome else 0,

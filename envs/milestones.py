@@ -29,7 +29,9 @@ workspace and the absolute paths named by `unchanged` constraints when a path co
 exists, then runs each shell check in a subshell), bounded by one timeout per turn. Turn 0 is the state before the agent acts and
 is the baseline for path constraints. `summarize` turns the per-turn records into the episode's
 long-horizon facts: which milestones were reached and when, which were lost again, which
-constraints were broken and the turn of the first violation.
+constraints were broken and the turn of the first violation. `CheckingSandbox` (one exec = one
+turn, for scripted agents) and `CheckingPolicy` (one model request = one turn) call the
+monitor after every turn.
 
 Paths are relative to the workspace unless absolute. Files under `__pycache__` or
 `.pytest_cache` are tool by-products and never count as writes for `only_write_under`.
@@ -243,6 +245,38 @@ class Monitor:
 
   def summary(self) -> dict:
     return summarize(self.task, self.checks)
+
+
+class CheckingSandbox:
+  """Delegates to a sandbox; every exec is one agent turn, followed by the monitor's checks."""
+
+  def __init__(self, sb: Sandbox, monitor: Monitor):
+    self._sb, self._monitor, self.turns = sb, monitor, 0
+
+  def exec(self, cmd, timeout_s=None, stdin=None):
+    r = self._sb.exec(cmd, timeout_s=timeout_s, stdin=stdin)
+    self.turns += 1
+    self._monitor.check(self.turns)
+    return r
+
+  def __getattr__(self, name):
+    return getattr(self._sb, name)
+
+
+class CheckingPolicy:
+  """Wraps a Generator-like policy: request n+1 means turn n has acted, so check first."""
+
+  def __init__(self, policy, monitor: Monitor):
+    self._policy, self._monitor, self.requests = policy, monitor, 0
+
+  def submit(self, req):
+    if self.requests > 0:
+      self._monitor.check(self.requests)
+    self.requests += 1
+    return self._policy.submit(req)
+
+  def release_session(self, session_id: str) -> None:
+    self._policy.release_session(session_id)
 
 
 def summarize(task: Task, checks: list[TurnCheck]) -> dict:

@@ -53,6 +53,11 @@ class LoopConfig:
   checkpoint_every: int = 10
   keep_checkpoints: int = 3
   seed: int = 0
+  # Optional replay: each batch also re-trains `replay_groups` recent groups with non-zero
+  # advantage, at most `replay_max_staleness` versions old (decoupled PPO weights them).
+  replay_groups: int = 0
+  replay_capacity: int = 32
+  replay_max_staleness: int = 2
   batch_timeout_s: float = 1800.0  # the trainer fails if no batch arrives in this long
 
   def __post_init__(self):
@@ -174,6 +179,7 @@ class Trainer:
     n_batch = int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert")]))
     self.row_multiple = n_batch * train_cfg.micro_batches
     self.history: list[dict] = []
+    self.replay: collections.deque = collections.deque(maxlen=max(1, cfg.replay_capacity))
 
   # -- resume -------------------------------------------------------------
   def restore(self) -> dict | None:
@@ -188,6 +194,7 @@ class Trainer:
     self.rollouts.tasks.load_state_dict(ro["tasks"])
     self.rollouts.drops = {int(k): v for k, v in ro.get("drops", {}).items()}
     self.buffer.restore(self.step, [Group.from_json(g) for g in ro["buffer"]])
+    self.replay.extend(Group.from_json(g) for g in host.get("replay", []))
     self.store.discard_batches_after(self.step)
     self.tel.event(
       "resume",
@@ -201,7 +208,8 @@ class Trainer:
   def host_state(self) -> dict:
     snap = self.rollouts.snapshot()
     snap["drops"] = {str(k): v for k, v in self.rollouts.drops.items()}
-    return {"step": self.step, "rollout": snap, "time": time.time()}
+    replay = [g.to_json() for g in self.replay] if self.cfg.replay_groups else []
+    return {"step": self.step, "rollout": snap, "replay": replay, "time": time.time()}
 
   # -- one update ---------------------------------------------------------
   def _wait_batch(self) -> list[Group]:
@@ -220,6 +228,15 @@ class Trainer:
       if time.monotonic() > deadline:
         raise TimeoutError(f"no batch in {self.cfg.batch_timeout_s}s: {self.buffer.stats()}")
 
+  def _replayed(self) -> list[Group]:
+    """Up to `replay_groups` recent groups within `replay_max_staleness` (seeded by step)."""
+    if not self.cfg.replay_groups:
+      return []
+    ok = [g for g in self.replay if self.step - g.min_version <= self.cfg.replay_max_staleness]
+    rng = np.random.default_rng([self.cfg.seed, self.step])
+    idx = rng.permutation(len(ok))[: self.cfg.replay_groups]
+    return [ok[i] for i in sorted(idx)]
+
   def _train(self, batch: dict) -> dict:
     if self._step_fn is None:
       self._step_fn = make_train_step(
@@ -235,9 +252,13 @@ class Trainer:
       return {}
     t1 = time.monotonic()
     if self.on_batch is not None:
-      self.on_batch(groups)  # task-source statistics, quality gate (before new tasks are drawn)
+      with self.rollouts.lock:  # the task source is shared with the producer
+        self.on_batch(groups)  # task statistics, quality gate (before new tasks are drawn)
+    replayed = self._replayed()
+    if self.cfg.replay_groups:
+      self.replay.extend(g for g in groups if max(g.rewards) > min(g.rewards))
     batch, n_seqs = build_batch(
-      groups,
+      groups + replayed,
       self.train_cfg.loss,
       self.cfg.row_len,
       self.cfg.max_segments,
@@ -257,9 +278,10 @@ class Trainer:
           trajectory_id=r["trajectory_id"],
           group_id=g.group_id,
           staleness=self.step - 1 - g.min_version,
-          replayed=False,
+          replayed=rep,
         )
-        for g in groups
+        for gs, rep in ((groups, False), (replayed, True))
+        for g in gs
         for r in g.rows
       ],
     )
@@ -342,6 +364,9 @@ class Trainer:
           self.host_state(),
           force=self.step == self.cfg.steps or self.ckpt.preempted,
         )
+      if self.ckpt.preempted:  # SIGTERM: make sure the last finished step is saved
+        self.ckpt.save(self.step, self.state, self.host_state(), force=True)
+        self.tel.event("preempted", step=self.step)
     finally:
       self.rollouts.stop()
       self.ckpt.wait()

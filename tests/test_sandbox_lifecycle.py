@@ -93,7 +93,8 @@ def _populate(sb) -> None:
   sb.exec(
     "mkdir -p d/e/empty && echo x > d/e/f && chmod 640 d/e/f && ln -s d/e/f link && "
     "ln d/e/f hard && printf 'no newline' > .hidden && touch -d '2001-02-03 04:05:06' old && "
-    "echo t > /tmp/t && mkdir ~/.cfg && echo h > ~/.cfg/h && chmod 700 d"
+    "echo t > /tmp/t && mkdir ~/.cfg && echo h > ~/.cfg/h && chmod 700 d && "
+    "mkdir ro && echo r > ro/f && chmod 500 ro"  # restore must empty a read-only folder
   )
 
 

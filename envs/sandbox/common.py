@@ -322,9 +322,9 @@ _SNAPSHOT = (
 )
 _HOST_TAR = "find . -mindepth 1 -maxdepth 1 -print0 | tar -cf - --null -T - --owner=0 --group=0"
 _TAR_OUT = 'cd -- "$(dirname -- "$1")" && exec tar -cf - -- "$(basename -- "$1")"'
-_RESTORE = (
-  'for d; do chmod -R u+rwX -- "$d" 2>/dev/null; '
-  'find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + ; done; '
+_RESTORE = (  # chmod only when something was not deletable (a folder made read-only)
+  'for d; do find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + 2>/dev/null || '
+  '{ chmod -R u+rwX -- "$d"; find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + ; }; done; '
   "exec tar -C / -xpf - --no-same-owner"
 )
 

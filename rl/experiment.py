@@ -35,7 +35,8 @@ from rl.buffer import StalenessBuffer
 from rl.checkpoint import Checkpointer
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.loop import LoopConfig, Trainer, _bucket_rows
-from rl.rollout import Group, RolloutConfig, RolloutManager, SandboxEpisodes, evaluate
+from rl.rollout import RolloutConfig, RolloutManager, SandboxEpisodes, evaluate
+from rl.task_sources import PoolTasks, ProceduralTasks, make_task_source  # noqa: F401 (re-exported)
 from rl.telemetry import Telemetry
 from rl.trajectory_store import TrajectoryStore
 
@@ -149,133 +150,6 @@ def from_config(cls, config, path: str = "config"):
 def to_experiment(config) -> Experiment:
   """An ml_collections config (configs/*.py) -> Experiment."""
   return from_config(Experiment, config)
-
-
-# ---------------------------------------------------------------- task sources
-
-
-def _seed(*parts) -> int:
-  return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
-
-
-class _Audited:
-  """Runtime reward audits (envs.quality.RewardAuditor) over consumed batches, in group order."""
-
-  def __init__(self, workdir: pathlib.Path, seed: int, on_event):
-    from envs.quality import AuditConfig, Quarantine, RewardAuditor
-
-    self.quarantine = Quarantine(workdir / "quarantine.json")
-    self.auditor = RewardAuditor(
-      AuditConfig(regrade_prob=0.0, evidence_dir=str(workdir / "audit"), seed=seed), self.quarantine
-    )
-    self.on_event = on_event or (lambda kind, **kw: None)
-
-  def audit(self, groups: list[Group]) -> None:
-    from envs.verifier import GradeResult
-
-    n0 = len(self.auditor.events)
-    for g in sorted(groups, key=lambda g: g.group_id):
-      for r in g.rows:
-        res = GradeResult(
-          r["task_id"],
-          bool(r["passed"]),
-          float(r["reward"]),
-          r["failure_mode"] or "none",
-          flags=tuple(r["grade_flags"] or ()),
-        )
-        self.auditor.observe(r["task_id"], res, r["commands"] or ())
-    for ev in self.auditor.events[n0:]:
-      self.on_event("quarantine" if ev["quarantined"] else "audit_flag", **ev)
-
-
-class ProceduralTasks(_Audited):
-  """Fresh tasks of one seeded family: group i gets seed hash(seed, i); eval instructions excluded."""
-
-  def __init__(self, family: str, seed: int, workdir, exclude=(), on_event=None):
-    from envs import procedural
-
-    super().__init__(pathlib.Path(workdir), seed, on_event)
-    procedural.generate(family, 0)  # fails early, naming the known families
-    self.family, self.seed, self.exclude = family, seed, set(exclude)
-    self._gen = functools.partial(procedural.generate, family)
-
-  def task_for(self, group_id: int, salt: int = 0):
-    """The task of group `group_id` (salt 0: training groups, 1: demonstrations)."""
-    for attempt in range(100):
-      task = self._gen(_seed(self.seed, salt, group_id, attempt))
-      if task.instruction not in self.exclude:
-        return task
-    raise RuntimeError(f"procedural family {self.family}: no task outside the eval set")
-
-  def get(self, task_id: str):
-    fam, seed = task_id.rsplit("/", 1)[-1].rsplit("-", 1)
-    return self._gen(int(seed))
-
-  def demo_tasks(self, n: int) -> list:
-    return [self.task_for(i, salt=1) for i in range(n)]
-
-  def observe_batch(self, groups: list[Group]) -> None:
-    self.audit(groups)
-
-  def state_dict(self) -> dict:
-    return {"auditor": self.auditor.state_dict()}
-
-  def load_state_dict(self, d: dict) -> None:
-    self.auditor.load_state_dict(d["auditor"])
-
-
-class PoolTasks(_Audited):
-  """A folder of tasks through envs.task_pool.TaskPool (bands, strata, quarantine)."""
-
-  def __init__(self, tasks, seed: int, workdir, eval_tasks=(), on_event=None):
-    from envs.task_pool import PoolConfig, TaskPool
-
-    super().__init__(pathlib.Path(workdir), seed, on_event)
-    cfg = PoolConfig(seed=seed, quarantine_path=str(self.quarantine.path))
-    self.pool = TaskPool(tasks, cfg, eval_tasks=eval_tasks)
-
-  def task_for(self, group_id: int):
-    return self.pool.sample()
-
-  def get(self, task_id: str):
-    return self.pool.tasks[task_id]
-
-  def demo_tasks(self, n: int) -> list:
-    ids = sorted(self.pool.active_ids())
-    return [self.pool.tasks[ids[i % len(ids)]] for i in range(min(n, len(ids)))]
-
-  def observe_batch(self, groups: list[Group]) -> None:
-    for g in sorted(groups, key=lambda g: g.group_id):
-      for r in g.rows:
-        self.pool.update(r["task_id"], float(r["passed"]))
-    self.audit(groups)
-
-  def state_dict(self) -> dict:
-    return {"pool": self.pool.state_dict(), "auditor": self.auditor.state_dict()}
-
-  def load_state_dict(self, d: dict) -> None:
-    self.pool.load_state_dict(d["pool"])
-    self.auditor.load_state_dict(d["auditor"])
-
-
-def make_task_source(env: EnvConfig, seed: int, workdir, on_event=None):
-  """(training task source, held-out eval tasks) for `env.tasks`."""
-  if env.tasks.startswith("procedural:"):
-    from envs import procedural
-
-    family = env.tasks.split(":", 1)[1]
-    evals = [procedural.generate(family, env.eval_seed + i) for i in range(env.eval_tasks)]
-    src = ProceduralTasks(family, seed, workdir, {t.instruction for t in evals}, on_event)
-    return src, evals
-  from envs.task import load_tasks
-
-  tasks = sorted(load_tasks(env.tasks), key=lambda t: _seed(env.eval_seed, *t.id.encode()))
-  if env.eval_tasks >= len(tasks):
-    raise ValueError(
-      f"env.eval_tasks={env.eval_tasks} leaves no training task of {len(tasks)} in {env.tasks}"
-    )
-  evals, train = tasks[: env.eval_tasks], tasks[env.eval_tasks :]
-  return PoolTasks(train, seed, workdir, evals, on_event), evals
 
 
 def load_tokenizer(spec: str):

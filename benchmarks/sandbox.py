@@ -75,10 +75,35 @@ def _snapshot_restore(backend: str, reps: int) -> float:
   return _pct(times, 0.5)
 
 
-def measure(backend: str) -> dict:
+class _CpuMeter:
+  """CPU time of this process and everything it starts, via a cgroup-v1 cpuacct group (root
+  only). Sandbox processes stay in it (they move in the memory/pids/cpu/freezer trees only);
+  Docker's containers are the daemon's children, so their CPU is not counted."""
+
+  def __init__(self):
+    self.dir = pathlib.Path(f"/sys/fs/cgroup/cpuacct/agentrl-bench-{os.getpid()}")
+    try:
+      self.dir.mkdir()
+      (self.dir / "cgroup.procs").write_text(str(os.getpid()))
+    except OSError:
+      self.dir = None
+
+  def ns(self) -> int | None:
+    return int((self.dir / "cpuacct.usage").read_text()) if self.dir else None
+
+  def close(self) -> None:
+    if self.dir:
+      pathlib.Path("/sys/fs/cgroup/cpuacct/cgroup.procs").write_text(str(os.getpid()))
+      self.dir.rmdir()
+
+
+def measure(backend: str, meter: _CpuMeter) -> dict:
   _cycle(backend)  # warm-up (image import, caches)
+  c0 = meter.ns()
   lat = [_cycle(backend) for _ in range(FLAGS.cycles)]
+  cpu = (meter.ns() - c0) / 1e6 / len(lat) if c0 is not None else float("nan")
   return {
+    "cpu_ms": cpu,
     "p50_ms": 1e3 * _pct(lat, 0.5),
     "p99_ms": 1e3 * _pct(lat, 0.99),
     "conc1_per_s": len(lat) / sum(lat),
@@ -97,19 +122,23 @@ def _available(backend: str) -> str | None:
 
 def main(argv):
   del argv
-  res = {}
-  for b in FLAGS.backends:
-    if why := _available(b):
-      print(f"{b}: skipped ({why})")
-      continue
-    res[b] = measure(b)
+  res, meter = {}, _CpuMeter()
+  try:
+    for b in FLAGS.backends:
+      if why := _available(b):
+        print(f"{b}: skipped ({why})")
+        continue
+      res[b] = measure(b, meter)
+  finally:
+    meter.close()
   load = os.getloadavg()
   print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-  print(f"{'backend':8} {'p50 ms':>8} {'p99 ms':>8} {'c1 /s':>7} {'c8 /s':>7} {'snap+rst ms':>12}")
+  head = f"{'backend':8} {'p50 ms':>8} {'p99 ms':>8} {'c1 /s':>7} {'c8 /s':>7} {'snap+rst ms':>12}"
+  print(head + "  cpu ms/cycle (excl. daemons)")
   for b, r in res.items():
     print(
       f"{b:8} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['conc1_per_s']:7.1f} "
-      f"{r['conc8_per_s']:7.1f} {r['snap_ms']:12.1f}"
+      f"{r['conc8_per_s']:7.1f} {r['snap_ms']:12.1f}  {r['cpu_ms']:.1f}"
     )
     for k, target in TARGETS.get(b, {}).items():
       ok = r[k] <= target if k.endswith("_ms") else r[k] >= target

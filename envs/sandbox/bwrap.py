@@ -183,9 +183,9 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
   def _start(self, rootfs: pathlib.Path) -> None:
     r_info, w_info = os.pipe()
     r_blk, w_blk = os.pipe()
-    life = str(int(self.spec.episode_timeout_s + common.LIFETIME_GRACE_S))
     args = self._bwrap_args(rootfs, w_info, r_blk)
-    args += ["--", "/bin/sh", "-c", common.INIT_SCRIPT, "init", "ready", life]
+    life = self.spec.episode_timeout_s + common.LIFETIME_GRACE_S
+    args += ["--", "/bin/sh", "-c", common.INIT_SCRIPT, *common.init_args(True, life)]
     if self._root:  # setpriv, not Popen(user=...): that disables vfork, and fork is slow
       u = str(self.host_uid)
       args = ["setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups", "--", *args]

@@ -131,9 +131,22 @@ def _write(path: pathlib.Path, value: str) -> None:
     f.write(value)
 
 
+def _subdirs(d: pathlib.Path) -> list[pathlib.Path]:
+  """`d`'s cgroup folders below it, deepest first."""
+  out = []
+  try:
+    with os.scandir(d) as it:
+      for e in it:
+        if e.is_dir(follow_symlinks=False):
+          out += [*_subdirs(pathlib.Path(e.path)), pathlib.Path(e.path)]
+  except FileNotFoundError:
+    pass
+  return out
+
+
 def _pids(d: pathlib.Path) -> list[int]:
   out = []
-  for sub in [d, *[p for p in d.rglob("*") if p.is_dir()]]:
+  for sub in [d, *_subdirs(d)]:
     try:
       out += [int(x) for x in (sub / "cgroup.procs").read_text().split()]
     except (FileNotFoundError, ProcessLookupError):
@@ -192,8 +205,7 @@ def kill_tree(d: pathlib.Path, kind: str | None, timeout_s: float = 10.0, spare:
 def _rmdir_tree(d: pathlib.Path, timeout_s: float = 5.0) -> None:
   if not d.is_dir():
     return
-  subs = sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
-  for p in [*subs, d]:
+  for p in [*_subdirs(d), d]:
 
     def gone(p=p):
       try:

@@ -33,13 +33,19 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # pid 1 of every sandbox (POSIX sh; dash starts fast): reaps orphans (they are re-parented to
 # it and `wait` reaps any child), ignores every signal (pid 1 cannot even be SIGKILLed from
-# inside its pid namespace), signals readiness on stdout if $1 is set, and exits after $2 s:
-# the sandbox's hard end of life (a safety net should its owner die without cleaning up).
+# inside its pid namespace), signals readiness on stdout if $1 is set, and exits at epoch
+# second $2 ($3 seconds from now): the sandbox's hard end of life (a safety net should its
+# owner die without cleaning up). `date` runs only if the first sleep was killed early.
 INIT_SCRIPT = (
   "trap '' INT TERM HUP QUIT USR1 USR2 PIPE ALRM TSTP TTIN TTOU; "
-  'if [ -n "$1" ]; then printf x; exec >/dev/null; fi; end=$(($(date +%s) + $2)); '
-  'while now=$(date +%s); [ "$now" -lt "$end" ]; do sleep $((end - now)) & wait $!; done'
+  'if [ -n "$1" ]; then printf x; exec >/dev/null; fi; sleep "$3" & wait $!; '
+  'while now=$(date +%s); [ "$now" -lt "$2" ]; do sleep $(($2 - now)) & wait $!; done'
 )
+
+
+def init_args(ready: bool, life_s: float) -> list[str]:
+  """argv of INIT_SCRIPT after `sh -c INIT_SCRIPT`."""
+  return ["init", "ready" if ready else "", str(int(time.time() + life_s)), str(int(life_s))]
 
 
 def check_spec(spec) -> None:
@@ -88,8 +94,15 @@ def _start_time(pid: int) -> str | None:
   return stat.rsplit(")", 1)[1].split()[19]
 
 
+_OWN_TAG: tuple[int, str] | None = None
+
+
 def owner_tag(pid: int | None = None) -> str:
-  pid = pid or os.getpid()
+  global _OWN_TAG
+  if pid is None:  # this process (cached per pid: a fork gets its own)
+    if _OWN_TAG is None or _OWN_TAG[0] != os.getpid():
+      _OWN_TAG = (os.getpid(), f"{os.getpid()}.{_start_time(os.getpid())}")
+    return _OWN_TAG[1]
   return f"{pid}.{_start_time(pid)}"
 
 

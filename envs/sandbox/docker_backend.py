@@ -195,12 +195,12 @@ class DockerSandbox(common.TarFileOps, Sandbox):
       pids_limit=s.pids,
       nano_cpus=int(s.cpus * 1e9),
     )
-    life = str(int(s.episode_timeout_s + common.LIFETIME_GRACE_S))
+    life = s.episode_timeout_s + common.LIFETIME_GRACE_S
     owner = f"{common.machine_id()}|{common.owner_tag()}"
     try:
       c = self.api.create_container(
         tag,
-        ["/bin/sh", "-c", common.INIT_SCRIPT, "init", "", life],
+        ["/bin/sh", "-c", common.INIT_SCRIPT, *common.init_args(False, life)],
         user=f"{self.uid}:{self.gid}",
         working_dir=s.workdir,
         hostname="sandbox",

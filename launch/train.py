@@ -23,13 +23,26 @@ def define_flags() -> None:
   """Defined on use (not at import), so the library functions here import cleanly anywhere."""
   config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py).")
   flags.DEFINE_string("workdir", None, "Run directory (resumed if it has checkpoints).")
+  flags.DEFINE_string(
+    "compilation_cache",
+    "~/.cache/agentrl/jax",
+    "Persistent XLA compilation cache (a re-run skips compiling); '' disables. "
+    "$JAX_COMPILATION_CACHE_DIR, when set, wins.",
+  )
   flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  import os
+
+  import jax
+
   from rl import experiment
+
+  if FLAGS.compilation_cache and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache))
 
   exp = experiment.to_experiment(FLAGS.config)
   logging.info("experiment: %s", exp)

@@ -251,9 +251,10 @@ class Trainer:
     if not groups:
       return {}
     t1 = time.monotonic()
+    extra = {}
     if self.on_batch is not None:
       with self.rollouts.lock:  # the task source is shared with the producer
-        self.on_batch(groups)  # task statistics, quality gate (before new tasks are drawn)
+        extra = self.on_batch(groups) or {}  # task statistics, quality audits, quarantine
     replayed = self._replayed()
     if self.cfg.replay_groups:
       self.replay.extend(g for g in groups if max(g.rewards) > min(g.rewards))
@@ -286,7 +287,16 @@ class Trainer:
       ],
     )
     self.rollouts.controller.update(len(self.buffer))
-    return self._metrics(groups, metrics, n_seqs, batch, last_end, (t0, t1, t2, t3))
+    out = self._metrics(groups, metrics, n_seqs, batch, last_end, (t0, t1, t2, t3))
+    gs = self.generator.stats()
+    out.update(
+      extra,
+      **{
+        f"engine/{k}": float(gs[k])
+        for k in ("tokens_per_s", "active_slots", "pages_used", "cached_prompt_tokens")
+      },
+    )
+    return out
 
   def _metrics(self, groups, train, n_seqs, batch, last_end, times) -> dict:
     t0, t1, t2, t3 = times

@@ -170,6 +170,7 @@ class RolloutConfig:
   min_concurrency: int = 1
   buffer_low: int = 1  # groups; below it concurrency grows
   buffer_high: int = 0  # above it concurrency shrinks; 0 = 2 * batch size
+  lookahead: int = 1  # fresh tasks drawn ahead and ordered by their priority
   seed: int = 0
 
 
@@ -209,8 +210,11 @@ class RolloutManager:
 
   # -- lifecycle ----------------------------------------------------------
   def start(self, reissue: dict[int, str] | None = None) -> None:
-    for gid, task_id in sorted((reissue or {}).items()):
-      self.queue.push((gid, self.tasks.get(task_id)), priority=1.0)
+    """Starts producing; `reissue` (group id -> task id, from a checkpoint) goes first."""
+    with self.lock:
+      for gid, task_id in sorted((reissue or {}).items()):
+        self.inflight[gid] = task_id
+        self.queue.push((gid, self.tasks.get(task_id)), priority=float("inf"))
     self._thread.start()
 
   def stop(self) -> None:
@@ -237,14 +241,21 @@ class RolloutManager:
 
   # -- production ---------------------------------------------------------
   def _next_work(self):
-    item = self.queue.pop(timeout=0)
+    """The next group to run: re-issued ones first, then fresh tasks by priority.
+
+    Fresh group ids are issued `lookahead` at a time into the priority queue (a task's
+    `metadata['priority']`, default 0; FIFO among equals). Issued groups count as in flight
+    (they are in the checkpoint's re-issue list) from the moment they get their id.
+    """
     with self.lock:
-      if item is None:
-        gid = self.next_group_id
-        self.next_group_id += 1
-        item = (gid, self.tasks.task_for(gid))
-      self.inflight[item[0]] = item[1].id
-    return item
+      if len(self.queue) == 0:
+        for _ in range(max(1, self.cfg.lookahead)):
+          gid = self.next_group_id
+          self.next_group_id += 1
+          task = self.tasks.task_for(gid)
+          self.inflight[gid] = task.id
+          self.queue.push((gid, task), priority=float(dict(task.metadata).get("priority", 0)))
+      return self.queue.pop(timeout=0)
 
   def _produce(self) -> None:
     try:

@@ -33,7 +33,7 @@ class _Audited:
     )
     self.on_event = on_event or (lambda kind, **kw: None)
 
-  def audit(self, groups: list[Group]) -> None:
+  def audit(self, groups: list[Group]) -> dict:
     from envs.verifier import GradeResult
 
     n0 = len(self.auditor.events)
@@ -47,8 +47,13 @@ class _Audited:
           flags=tuple(r["grade_flags"] or ()),
         )
         self.auditor.observe(r["task_id"], res, r["commands"] or ())
-    for ev in self.auditor.events[n0:]:
+    new = self.auditor.events[n0:]
+    for ev in new:
       self.on_event("quarantine" if ev["quarantined"] else "audit_flag", **ev)
+    return {
+      "quality/audit_flags": float(len(new)),
+      "quality/quarantined_tasks": float(len(self.quarantine.ids())),
+    }
 
 
 class ProceduralTasks(_Audited):
@@ -77,8 +82,8 @@ class ProceduralTasks(_Audited):
   def demo_tasks(self, n: int) -> list:
     return [self.task_for(i, salt=1) for i in range(n)]
 
-  def observe_batch(self, groups: list[Group]) -> None:
-    self.audit(groups)
+  def observe_batch(self, groups: list[Group]) -> dict:
+    return self.audit(groups)
 
   def state_dict(self) -> dict:
     return {"auditor": self.auditor.state_dict()}
@@ -107,11 +112,16 @@ class PoolTasks(_Audited):
     ids = sorted(self.pool.active_ids())
     return [self.pool.tasks[ids[i % len(ids)]] for i in range(min(n, len(ids)))]
 
-  def observe_batch(self, groups: list[Group]) -> None:
+  def observe_batch(self, groups: list[Group]) -> dict:
     for g in sorted(groups, key=lambda g: g.group_id):
       for r in g.rows:
         self.pool.update(r["task_id"], float(r["passed"]))
-    self.audit(groups)
+    rep = self.pool.report()
+    return {
+      **self.audit(groups),
+      "pool/active_tasks": float(rep["n_active"]),
+      "pool/in_band_tasks": float(rep["in_band"]),
+    }
 
   def state_dict(self) -> dict:
     return {"pool": self.pool.state_dict(), "auditor": self.auditor.state_dict()}

@@ -2,8 +2,9 @@
 
 Each device keeps its queries and passes its keys/values around a ring with `ppermute`;
 every step folds one K/V block into an online softmax (flash-attention style), so no
-device ever holds the full T x T score matrix, and inside a block the keys are taken in
-chunks so the live scores are only (T/n) x chunk. The backward pass is a second ring
+device ever holds the full T x T score matrix. Inside a block queries and keys are taken
+in chunks, so the live scores are chunk x chunk, and chunk pairs that causality masks
+entirely are skipped (`lax.cond`). The backward pass is a second ring
 (custom VJP): K/V travel again together with their dK/dV accumulators, which arrive back
 at their owner after n hops; the forward saves only q, k, v, out and the log-sum-exp.
 
@@ -432,7 +433,8 @@ def ring_attention(
     segment_ids_BT: packed-sequence ids, 0 = padding (default: all ones).
     causal: causal mask by position.
     axis_name: the ring's mesh axis. Batch and heads are sharded by the rules table.
-    chunk: keys per inner step; the live score block is (T / n) x chunk per device.
+    chunk: query and key chunk inside a block (the largest divisor of T / 2n that is
+      <= chunk); the live score block is chunk x chunk per device.
     scale: score scale, 1/sqrt(d) by default.
     rules: logical-axis rules (default: the active ones).
 

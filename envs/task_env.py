@@ -26,23 +26,27 @@ class TaskSetupError(RuntimeError):
   """The task's environment could not be built (a task defect, not an infrastructure one)."""
 
 
-# Kills every process in the sandbox except pid 1 and this shell's own ancestors, so nothing
-# the agent left running (a daemon rewriting files) survives into grading. Loops because a
-# process may fork while we walk /proc.
+# Kills every process in the sandbox except this shell's ancestors and the session of pid 1
+# (the sandbox's init and its helpers: killing the helper init forks could end the sandbox;
+# no process of an exec can join that session), so nothing the agent left running (a daemon
+# rewriting files) survives into grading. Builtins only (no fork per process); loops because
+# a process may fork while we walk /proc.
 KILL_STRAYS = r"""
 __anc=" $$ "; __p=$$
 while [ "$__p" -gt 1 ] 2>/dev/null; do
-  __p=$(sed 's/.*) //' /proc/$__p/stat 2>/dev/null | cut -d' ' -f2) || break
-  [ -n "$__p" ] || break; __anc="$__anc$__p "
+  read -r __s 2>/dev/null < /proc/$__p/stat || break
+  __s=${__s##*) }; set -- $__s; __p=$2; __anc="$__anc$__p "
 done
 for __i in 1 2 3; do
   for __d in /proc/[0-9]*; do
     __pid=${__d#/proc/}
     case "$__anc" in *" $__pid "*) continue;; esac
-    [ "$__pid" = 1 ] || kill -9 "$__pid" 2>/dev/null
+    read -r __s 2>/dev/null < $__d/stat || continue
+    __s=${__s##*) }; set -- $__s
+    [ "$4" = 1 ] || kill -9 "$__pid" 2>/dev/null
   done
 done
-unset __anc __p __i __d __pid
+set --; unset __anc __p __s __i __d __pid
 """
 
 # Prints a JSON manifest {relative path: sha256 | "link:<target>"} of the workspace.

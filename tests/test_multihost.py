@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -133,9 +134,10 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _spawn_workers(out_dir: str, timeout: float = 200.0):
+def _spawn_workers(out_dir: str, timeout: float = 600.0):
+  """Runs the 2 workers; if one fails the other is killed (it would wait for its peer)."""
   port = _free_port()
-  procs = []
+  procs, logs = [], []
   for pid in range(2):
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)  # the 8 fake devices of conftest; workers get 4 each
@@ -147,18 +149,24 @@ def _spawn_workers(out_dir: str, timeout: float = 200.0):
       AGENTRL_PROCESS_ID=str(pid),
       AGENTRL_CPU_DEVICES="4",
     )
+    logs.append(open(os.path.join(out_dir, f"worker{pid}.log"), "w+"))
     cmd = [sys.executable, os.path.abspath(__file__), out_dir]
-    procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-  outs = []
+    procs.append(subprocess.Popen(cmd, env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+  deadline = time.monotonic() + timeout
   try:
-    for p in procs:
-      outs.append(p.communicate(timeout=timeout)[0].decode(errors="replace"))
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+      if any(p.poll() not in (None, 0) for p in procs):
+        break
+      time.sleep(0.2)
   finally:
     for p in procs:
       if p.poll() is None:
         p.kill()
-        p.wait()
-  for pid, (p, out) in enumerate(zip(procs, outs, strict=True)):
+      p.wait()
+  for pid, (p, log) in enumerate(zip(procs, logs, strict=True)):
+    log.seek(0)
+    out = log.read()
+    log.close()
     assert p.returncode == 0, f"worker {pid} exited {p.returncode}:\n{out[-4000:]}"
 
 

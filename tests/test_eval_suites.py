@@ -117,3 +117,14 @@ def test_resolve_tasks_errors():
   with pytest.raises(FileNotFoundError, match="neither a folder nor a built-in suite"):
     ev.resolve_tasks("no_such_suite")
   assert {t.suite for t in ev.resolve_tasks("long_horizon")} == {"long_horizon"}
+
+
+@pytest.mark.docker
+def test_docker_backend_oracle_and_null():
+  tasks = [t for t in LH if t.id.endswith(("lh-git-release", "lh-sysconfig"))]
+  cfg = ev.EvalConfig(backend="docker", concurrency=2)
+  oracle = ev.evaluate(tasks, ev.make_agent("oracle"), cfg)
+  assert [t["passed"] for t in oracle] == [True, True], [t["detail"] for t in oracle]
+  assert all(t["checks"]["step_success"] == 1.0 and not t["checks"]["forgot"] for t in oracle)
+  null = ev.evaluate(tasks, ev.make_agent("null"), cfg)
+  assert [t["failure_mode"] for t in null] == ["tests_failed", "tests_failed"]

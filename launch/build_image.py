@@ -45,10 +45,10 @@ def main(argv):
   packages = image_lib.DEFAULT_PACKAGES + tuple(p for p in _EXTRA.value if p)
   img = base = image_lib.build(image_lib.ImageRecipe(packages=packages), force=_FORCE.value)
   if _SETUP.value:
-    from envs.sandbox import bwrap  # noqa: PLC0415
+    from envs.sandbox import bwrap_host  # noqa: PLC0415
 
     script = pathlib.Path(_SETUP.value).read_text()
-    img = image_lib.with_setup(img, script, bwrap.run_setup_script)
+    img = image_lib.with_setup(img, script, bwrap_host.run_setup_script)
   print(f"[build_image] bwrap tree: {img.rootfs}")
   client = _docker_client() if "docker" in _BACKENDS.value else None
   if client is not None:

@@ -96,7 +96,7 @@ def test_build_reuses_the_cache(sandbox_image):
 
 
 def test_setup_layer_is_built_once(sandbox_image):
-  from envs.sandbox.bwrap import run_setup_script
+  from envs.sandbox.bwrap_host import run_setup_script
 
   calls = []
 

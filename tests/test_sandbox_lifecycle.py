@@ -129,8 +129,8 @@ def test_cycles_leave_nothing_behind(backend):
       assert r.stdout == f"{i}\n", r
       if i % 50 == 0:
         sb.snapshot()
-  after = testing.leak_probe()
-  assert after == before, (before, after, testing.describe_processes(after["processes"]))
+  leaks = testing.new_leaks(before, testing.leak_probe())
+  assert not leaks, (leaks, testing.describe_processes(leaks.get("processes", [])))
 
 
 def test_sixteen_concurrent_sandboxes(backend):

@@ -70,7 +70,7 @@ def test_prewarm_grow_shrink_and_teardown(sandbox_image):
   assert not held.alive
   with pytest.raises(sandbox_lib.SandboxError):
     pool.acquire()
-  _until(lambda: testing.leak_probe() == before, "no leftovers", 60)
+  _until(lambda: not testing.new_leaks(before, testing.leak_probe()), "no leftovers", 60)
 
 
 def test_concurrency_cap_and_live_cap(sandbox_image):

@@ -16,107 +16,22 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import queue
-import random
 import select
 import signal
-import socket
 import subprocess
 import threading
 import time
 
-from envs.sandbox import cgroups, common
+from envs.sandbox import bwrap_host, cgroups, common, fileops
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+from envs.sandbox.bwrap_host import run_setup_script
 
 # Exec wrapper: join each cgroup given before `--`, then exec the rest.
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
-class _UidLease:
-  """An unprivileged host uid no other live sandbox uses (an abstract socket name is the lock:
-  the kernel frees it when this process dies, so there is no lock file to leak)."""
-
-  BASE = int(os.environ.get("AGENTRL_UID_BASE", "1700000000"))
-  COUNT = 1 << 16
-
-  def __init__(self):
-    start = random.randrange(self.COUNT)
-    for i in range(self.COUNT):
-      uid = self.BASE + (start + i) % self.COUNT
-      s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-      try:
-        s.bind(b"\0agentrl-uid-%d" % uid)
-      except OSError:
-        s.close()
-        continue
-      self.uid, self._sock = uid, s
-      return
-    raise SandboxError("no free sandbox uid")
-
-  def release(self) -> None:
-    self._sock.close()
-
-
-class _Spawner:
-  """Starts bwrap from one long-lived thread: --die-with-parent (PR_SET_PDEATHSIG) fires when
-  the *thread* that forked bwrap exits, so sandboxes made in short-lived threads would die."""
-
-  def __init__(self):
-    self._q: queue.Queue = queue.Queue()
-    threading.Thread(target=self._loop, name="agentrl-bwrap-spawner", daemon=True).start()
-
-  def _loop(self):
-    while True:
-      args, kw, box = self._q.get()
-      try:
-        box.put((subprocess.Popen(args, **kw), None))
-      except BaseException as e:  # noqa: BLE001 (handed back to the caller)
-        box.put((None, e))
-
-  def popen(self, args, **kw) -> subprocess.Popen:
-    box: queue.Queue = queue.Queue(maxsize=1)
-    self._q.put((args, kw, box))
-    proc, err = box.get()
-    if err is not None:
-      raise err
-    return proc
-
-
-_SPAWNER: _Spawner | None = None
-_SPAWNER_LOCK = threading.Lock()
-_REAPED = False
-
-
-def _popen_long_lived(args, **kw) -> subprocess.Popen:
-  """Popen from a thread that lives as long as the process (the main one, or the spawner)."""
-  global _SPAWNER, _REAPED
-  with _SPAWNER_LOCK:
-    if not _REAPED:  # once per process: orphans of dead owners
-      _REAPED = True
-      common.reap_stale_state()
-      cgroups.reap_stale(cgroups.detect(), common.owner_alive)
-    if threading.current_thread() is threading.main_thread():
-      return subprocess.Popen(args, **kw)
-    if _SPAWNER is None:
-      _SPAWNER = _Spawner()
-  return _SPAWNER.popen(args, **kw)
-
-
-def _read_until(fd: int, stop: bytes, timeout_s: float) -> bytes:
-  data, end = b"", time.monotonic() + timeout_s
-  while stop not in data:
-    left = end - time.monotonic()
-    if left <= 0 or not select.select([fd], [], [], left)[0]:
-      raise TimeoutError
-    chunk = os.read(fd, 4096)
-    if not chunk:
-      break
-    data += chunk
-  return data
-
-
-class BwrapSandbox(common.TarFileOps, Sandbox):
+class BwrapSandbox(fileops.TarFileOps, Sandbox):
   """A bubblewrap sandbox. `cgroup_mode` overrides AGENTRL_CGROUP (auto|v1|v2|none)."""
 
   def __init__(self, spec: SandboxSpec, cgroup_mode: str | None = None):
@@ -131,7 +46,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     self._root = os.geteuid() == 0
     if self._root:
       image_lib.check_traversable(rootfs)
-    self._lease = _UidLease() if self._root else None
+    self._lease = bwrap_host.UidLease() if self._root else None
     self.host_uid = self._lease.uid if self._lease else os.getuid()
     support = cgroups.detect(cgroup_mode)
     self._cg, self._proc, self._oom_seen = None, None, 0
@@ -163,7 +78,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
       # unprivileged, could not reach the namespaces owned by the outer one: keep our own uid
       a += ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
     a += ["--die-with-parent", "--new-session", "--as-pid-1", "--ro-bind", str(rootfs), "/"]
-    a += ["--proc", "/proc"] + (["--dev", "/dev"] if self._root else _plain_dev())
+    a += ["--proc", "/proc"] + (["--dev", "/dev"] if self._root else bwrap_host.plain_dev())
     mounts = {self.home: (common.HOME_MB * mb, "0755"), "/dev/shm": (s.disk_mb * mb, "1777")}
     mounts.update({"/tmp": (s.disk_mb * mb, "1777"), s.workdir: (s.disk_mb * mb, "0755")})
     for path, (size, perms) in sorted(mounts.items(), key=lambda m: m[0].count("/")):
@@ -193,23 +108,23 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     kw = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     kw.update(pass_fds=(w_info, r_blk), start_new_session=True, env={"PATH": common.PATH})
     try:
-      self._proc = _popen_long_lived(args, **kw)
+      self._proc = bwrap_host.popen_long_lived(args, **kw)
       for fd in (w_info, r_blk):
         os.close(fd)
       w_info = r_blk = -1
-      info = json.loads(_read_until(r_info, b"}", 30.0))
+      info = json.loads(bwrap_host.read_until(r_info, b"}", 30.0))
       self.pid1 = int(info["child-pid"])
       self._pidfd = os.pidfd_open(self.pid1)
       self._confine(self.pid1)
       os.write(w_blk, b"x")
-      if _read_until(self._proc.stdout.fileno(), b"x", 30.0) != b"x":
+      if bwrap_host.read_until(self._proc.stdout.fileno(), b"x", 30.0) != b"x":
         raise TimeoutError
     except (TimeoutError, ValueError, KeyError, OSError) as e:
       err = b""
       if self._proc is not None:
         self._proc.kill()
         if hasattr(self, "pid1"):  # blocked before its PR_SET_PDEATHSIG: kill it ourselves
-          _kill_quietly(self.pid1)
+          bwrap_host.kill_quietly(self.pid1)
         if select.select([self._proc.stderr], [], [], 5.0)[0]:
           err = os.read(self._proc.stderr.fileno(), 1 << 16)
       raise SandboxError(f"bwrap failed to start: {err.decode(errors='replace')} {e!r}") from e
@@ -236,7 +151,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     """Fallbacks for limits no cgroup enforces (RLIMIT_AS is per process, not per sandbox)."""
     out = []
     if "pids" not in self.limits_via:
-      extra = 3 if self._root else _count_procs(os.getuid())  # monitor, pid 1, its sleep
+      extra = 3 if self._root else bwrap_host.count_procs(os.getuid())  # monitor, pid 1, its sleep
       out.append(("RLIMIT_NPROC", self.spec.pids + extra))
     if "memory" not in self.limits_via:
       out.append(("RLIMIT_AS", self.spec.memory_mb << 20))
@@ -261,7 +176,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
   def _check_open(self) -> None:
     if self._closed:
       raise SandboxError(f"sandbox {self.name} is closed")
-    if self._proc.poll() is not None:
+    if self._dead():
       raise SandboxError(f"sandbox {self.name} died (bwrap exit {self._proc.returncode})")
 
   def _spawn_inside(self, argv, stdin, stdout, tag: str):
@@ -297,7 +212,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
     """Kills the exec's whole tree: its cgroup leaf, its process group, and (without a
     tracking cgroup) every sandbox process that inherited its AGENTRL_EXEC tag."""
     if self._cg is None or not leaf or not self._cg.kill(leaf, spare=p.pid):
-      _kill_tagged(self.pid1, tag, spare=p.pid)
+      bwrap_host.kill_tagged(self.pid1, tag, spare=p.pid)
     try:  # nsenter exits once its child is dead; if not, the whole group goes
       p.wait(timeout=2.0)
     except subprocess.TimeoutExpired:
@@ -354,7 +269,13 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
 
   @property
   def alive(self) -> bool:
-    return not self._closed and self._proc is not None and self._proc.poll() is None
+    return not self._closed and self._proc is not None and not self._dead()
+
+  def _dead(self) -> bool:
+    """pid 1 exited (its pidfd turned readable) or bwrap did."""
+    if self._proc.poll() is not None:
+      return True
+    return bool(select.select([self._pidfd], [], [], 0)[0]) if hasattr(self, "_pidfd") else False
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(tasks now, forks refused at the pids limit) when a pids cgroup enforces the limit."""
@@ -369,7 +290,7 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
       if self._proc is not None:
         self._proc.kill()
       if hasattr(self, "pid1"):  # pid 1 gone <=> every process of its pid namespace gone
-        _kill_quietly(self.pid1)
+        bwrap_host.kill_quietly(self.pid1)
         select.select([self._pidfd], [], [], 30)
         os.close(self._pidfd)
       if self._proc is not None:
@@ -381,60 +302,3 @@ class BwrapSandbox(common.TarFileOps, Sandbox):
         self._lease.release()
       self._drop_snapshots()
       common.unregister(self)
-
-
-def _plain_dev() -> list[str]:
-  """/dev without devpts: unprivileged, `--dev` nests a second user namespace (see above)."""
-  a = ["--tmpfs", "/dev"]
-  for d in ("null", "zero", "full", "random", "urandom", "tty"):
-    a += ["--dev-bind", f"/dev/{d}", f"/dev/{d}"]
-  for i, name in enumerate(("stdin", "stdout", "stderr")):
-    a += ["--symlink", f"/proc/self/fd/{i}", f"/dev/{name}"]
-  return a + ["--symlink", "/proc/self/fd", "/dev/fd", "--dir", "/dev/shm"]
-
-
-def _kill_quietly(pid: int) -> None:
-  try:
-    os.kill(pid, signal.SIGKILL)
-  except ProcessLookupError:
-    pass
-
-
-def _count_procs(uid: int) -> int:
-  n = 0
-  for d in pathlib.Path("/proc").iterdir():
-    try:
-      n += d.name.isdigit() and d.stat().st_uid == uid
-    except OSError:
-      pass
-  return n
-
-
-def _kill_tagged(pid1: int, tag: str, spare: int = 0) -> None:
-  """SIGKILLs every process in pid1's pid namespace whose environment carries `tag`."""
-  try:
-    ns = os.readlink(f"/proc/{pid1}/ns/pid")
-  except OSError:
-    return
-  needle = f"AGENTRL_EXEC={tag}\0".encode()
-  for _ in range(3):  # a process may fork while we walk /proc
-    for d in pathlib.Path("/proc").iterdir():
-      if not d.name.isdigit() or int(d.name) == spare:
-        continue
-      try:
-        if os.readlink(d / "ns/pid") == ns and needle in (d / "environ").read_bytes():
-          _kill_quietly(int(d.name))
-      except OSError:
-        pass
-
-
-def run_setup_script(tree: pathlib.Path, script: str) -> None:
-  """Runs a task's setup script as root in `tree` (writable, no network): an image layer."""
-  a = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0", "--die-with-parent"]
-  a += ["--bind", str(tree), "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-  if os.geteuid() == 0:
-    a += ["--cap-add", "ALL"]
-  a += ["--chdir", "/", "--clearenv", "--setenv", "PATH", common.PATH, "--setenv", "HOME", "/root"]
-  p = subprocess.run([*a, "/bin/bash", "-ec", script], capture_output=True, text=True, timeout=1800)
-  if p.returncode != 0:
-    raise SandboxError(f"setup script failed (exit {p.returncode}):\n{p.stderr[-4000:]}")

@@ -25,7 +25,7 @@ import struct
 import threading
 import time
 
-from envs.sandbox import common
+from envs.sandbox import common, fileops
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 
@@ -148,7 +148,7 @@ class _Stream:
       pass
 
 
-class DockerSandbox(common.TarFileOps, Sandbox):
+class DockerSandbox(fileops.TarFileOps, Sandbox):
   """A Docker sandbox; `docker_client` defaults to docker.from_env() (DOCKER_HOST aware)."""
 
   def __init__(self, spec: SandboxSpec, docker_client=None):
@@ -158,7 +158,7 @@ class DockerSandbox(common.TarFileOps, Sandbox):
     self.api = (docker_client or client()).api
     img = image_lib.resolve(spec.image)
     if spec.setup_script:
-      from envs.sandbox.bwrap import run_setup_script  # noqa: PLC0415
+      from envs.sandbox.bwrap_host import run_setup_script  # noqa: PLC0415
 
       img = image_lib.with_setup(img, spec.setup_script, run_setup_script)
     self.uid, self.gid, self.home = img.user(spec.user)

@@ -128,6 +128,19 @@ def leak_probe() -> dict[str, object]:
   return out
 
 
+def new_leaks(before: dict, after: dict) -> dict:
+  """What `after` holds that `before` did not (things may also have gone away meanwhile)."""
+  out = {}
+  for k, v in after.items():
+    if isinstance(v, list):
+      extra = sorted(set(v) - set(before.get(k, [])))
+    else:
+      extra = v - before.get(k, 0) if v > before.get(k, 0) else 0
+    if extra:
+      out[k] = extra
+  return out
+
+
 def describe_processes(pids) -> list[str]:
   out = []
   for p in pids:

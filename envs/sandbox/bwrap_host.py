@@ -1,0 +1,158 @@
+"""Host-side helpers of the bubblewrap backend: sandbox uids, a long-lived spawner thread,
+process killing, /dev without devpts, and the setup-script runner for image layers."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import queue
+import random
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+from envs.sandbox import cgroups, common
+from envs.sandbox.base import SandboxError
+
+
+class UidLease:
+  """An unprivileged host uid no other live sandbox uses (an abstract socket name is the lock:
+  the kernel frees it when this process dies, so there is no lock file to leak)."""
+
+  BASE = int(os.environ.get("AGENTRL_UID_BASE", "1700000000"))
+  COUNT = 1 << 16
+
+  def __init__(self):
+    start = random.randrange(self.COUNT)
+    for i in range(self.COUNT):
+      uid = self.BASE + (start + i) % self.COUNT
+      s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+      try:
+        s.bind(b"\0agentrl-uid-%d" % uid)
+      except OSError:
+        s.close()
+        continue
+      self.uid, self._sock = uid, s
+      return
+    raise SandboxError("no free sandbox uid")
+
+  def release(self) -> None:
+    self._sock.close()
+
+
+class _Spawner:
+  """Starts bwrap from one long-lived thread: --die-with-parent (PR_SET_PDEATHSIG) fires when
+  the *thread* that forked bwrap exits, so sandboxes made in short-lived threads would die."""
+
+  def __init__(self):
+    self._q: queue.Queue = queue.Queue()
+    threading.Thread(target=self._loop, name="agentrl-bwrap-spawner", daemon=True).start()
+
+  def _loop(self):
+    while True:
+      args, kw, box = self._q.get()
+      try:
+        box.put((subprocess.Popen(args, **kw), None))
+      except BaseException as e:  # noqa: BLE001 (handed back to the caller)
+        box.put((None, e))
+
+  def popen(self, args, **kw) -> subprocess.Popen:
+    box: queue.Queue = queue.Queue(maxsize=1)
+    self._q.put((args, kw, box))
+    proc, err = box.get()
+    if err is not None:
+      raise err
+    return proc
+
+
+_SPAWNER: _Spawner | None = None
+_SPAWNER_LOCK = threading.Lock()
+_REAPED = False
+
+
+def popen_long_lived(args, **kw) -> subprocess.Popen:
+  """Popen from a thread that lives as long as the process (the main one, or the spawner)."""
+  global _SPAWNER, _REAPED
+  with _SPAWNER_LOCK:
+    if not _REAPED:  # once per process: orphans of dead owners
+      _REAPED = True
+      common.reap_stale_state()
+      cgroups.reap_stale(cgroups.detect(), common.owner_alive)
+    if threading.current_thread() is threading.main_thread():
+      return subprocess.Popen(args, **kw)
+    if _SPAWNER is None:
+      _SPAWNER = _Spawner()
+  return _SPAWNER.popen(args, **kw)
+
+
+def read_until(fd: int, stop: bytes, timeout_s: float) -> bytes:
+  data, end = b"", time.monotonic() + timeout_s
+  while stop not in data:
+    left = end - time.monotonic()
+    if left <= 0 or not select.select([fd], [], [], left)[0]:
+      raise TimeoutError
+    chunk = os.read(fd, 4096)
+    if not chunk:
+      break
+    data += chunk
+  return data
+
+
+def plain_dev() -> list[str]:
+  """/dev without devpts: unprivileged, `--dev` nests a second user namespace (see above)."""
+  a = ["--tmpfs", "/dev"]
+  for d in ("null", "zero", "full", "random", "urandom", "tty"):
+    a += ["--dev-bind", f"/dev/{d}", f"/dev/{d}"]
+  for i, name in enumerate(("stdin", "stdout", "stderr")):
+    a += ["--symlink", f"/proc/self/fd/{i}", f"/dev/{name}"]
+  return a + ["--symlink", "/proc/self/fd", "/dev/fd", "--dir", "/dev/shm"]
+
+
+def kill_quietly(pid: int) -> None:
+  try:
+    os.kill(pid, signal.SIGKILL)
+  except ProcessLookupError:
+    pass
+
+
+def count_procs(uid: int) -> int:
+  n = 0
+  for d in pathlib.Path("/proc").iterdir():
+    try:
+      n += d.name.isdigit() and d.stat().st_uid == uid
+    except OSError:
+      pass
+  return n
+
+
+def kill_tagged(pid1: int, tag: str, spare: int = 0) -> None:
+  """SIGKILLs every process in pid1's pid namespace whose environment carries `tag`."""
+  try:
+    ns = os.readlink(f"/proc/{pid1}/ns/pid")
+  except OSError:
+    return
+  needle = f"AGENTRL_EXEC={tag}\0".encode()
+  for _ in range(3):  # a process may fork while we walk /proc
+    for d in pathlib.Path("/proc").iterdir():
+      if not d.name.isdigit() or int(d.name) == spare:
+        continue
+      try:
+        if os.readlink(d / "ns/pid") == ns and needle in (d / "environ").read_bytes():
+          kill_quietly(int(d.name))
+      except OSError:
+        pass
+
+
+def run_setup_script(tree: pathlib.Path, script: str) -> None:
+  """Runs a task's setup script as root in `tree` (writable, no network): an image layer."""
+  a = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "0", "--gid", "0", "--die-with-parent"]
+  a += ["--bind", str(tree), "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+  if os.geteuid() == 0:
+    a += ["--cap-add", "ALL"]
+  a += ["--chdir", "/", "--clearenv", "--setenv", "PATH", common.PATH, "--setenv", "HOME", "/root"]
+  p = subprocess.run([*a, "/bin/bash", "-ec", script], capture_output=True, text=True, timeout=1800)
+  if p.returncode != 0:
+    raise SandboxError(f"setup script failed (exit {p.returncode}):\n{p.stderr[-4000:]}")

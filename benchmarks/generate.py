@@ -7,7 +7,9 @@ it reports (medians of --repeats runs, all in one process):
   static      a jitted prefill + lax.while_loop sampler over a dense cache, one static batch
   naive       a loop recomputing the whole (padded) prefix for every token
   overhead    (engine run - its prefills) / steps / (jitted decode step alone); target <= 1.25
-Run: python benchmarks/generate.py [--repeats=3] [--concurrency=1,8,32] [--speculative]
+  --speculative  batch-1 greedy speedup of speculative decoding (layer-skip draft), agreement
+  --tiers        int8 weights, int8 KV cache, KV eviction: step time and logprob drift
+Run: python benchmarks/generate.py [--repeats=3] [--concurrency=1,8,32] [--speculative] [--tiers]
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import config  # noqa: E402
+from models import config, kv_evict  # noqa: E402
+from models import sampling as smp  # noqa: E402
+from models import speculative as spec  # noqa: E402
 from models import transformer as tfm
 from models.attention import attend
 from models.engine import Engine
@@ -138,10 +142,12 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
   steps_alone(4)
   t_step = timed(steps_alone, repeats)[0] / 32
 
-  def prefills():
+  def prefills(batch=16):  # as the Generator batches them (max_prefill_batch=16)
     nonlocal state
-    for i, p in enumerate(prompts):
-      state = eng.insert(eng.prefill(padded_tokens=p, true_length=PROMPT), state, i, table[i])
+    for i in range(0, c, batch):
+      rows = slice(i, i + batch)
+      prefix = eng.prefill(padded_tokens=prompts[rows], true_length=PROMPT)
+      state = eng.insert(prefix, state, np.arange(c)[rows], table[rows])
     return state.tokens_S
 
   prefills()
@@ -153,9 +159,11 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
   naive_loop(params, cfg, prompts, 1)
   t_naive, naive_out = timed(lambda: naive_loop(params, cfg, prompts, naive_tokens), 1)
 
-  same_static = all(r.tokens == list(map(int, s)) for r, s in zip(results, np.asarray(static_out)))
+  same_static = all(
+    r.tokens == list(map(int, s)) for r, s in zip(results, np.asarray(static_out), strict=True)
+  )
   same_naive = all(
-    r.tokens[:naive_tokens] == list(map(int, s)) for r, s in zip(results, naive_out)
+    r.tokens[:naive_tokens] == list(map(int, s)) for r, s in zip(results, naive_out, strict=True)
   )
   tok = c * NEW
   return dict(
@@ -175,12 +183,113 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
   )
 
 
+def bench_speculative(cfg, params, repeats, upper_scale=0.15, ks=(2, 4, 6)):
+  """Batch-1 greedy: target alone (jitted while_loop) vs speculative with a layer-skip draft.
+
+  Random weights give a random-looking target that no cheap draft predicts, so the target's
+  upper layers (1..3) have their residual writes (wo, w_down) scaled by `upper_scale`, and the
+  draft is the target's first layer with the shared embedding (a 1-layer model). The printed
+  agreement is measured, not assumed.
+  """
+  layers = dict(params["layers"])
+  for name in ("wo", "w_down"):
+    layers[name] = layers[name].at[1:].multiply(upper_scale)
+  target = dict(params, layers=layers)
+  dcfg = cfg.replace(n_layers=1)
+  draft = dict(target, layers=jax.tree.map(lambda a: a[:1], target["layers"]))
+  prompt = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size, (1, PROMPT)), jnp.int32)
+  rows = jax.tree.map(jnp.asarray, smp.stack_params([SamplingParams(greedy=True)]))
+  static_sampler(target, prompt, cfg=cfg, new=NEW).block_until_ready()
+  t_plain, plain = timed(lambda: static_sampler(target, prompt, cfg=cfg, new=NEW), repeats)
+  out = []
+  for k in ks:
+    run = lambda k=k: spec.generate(
+      target, draft, prompt, rows, target_cfg=cfg, draft_cfg=dcfg, max_new=NEW, k=k
+    )
+    jax.block_until_ready(run())
+    t_spec, (toks, _, stats) = timed(run, repeats)
+    out.append(
+      dict(
+        k=k,
+        plain_tok_s=NEW / t_plain,
+        speculative_tok_s=NEW / t_spec,
+        speedup=t_plain / t_spec,
+        agreement=float(stats["accepted"][0]) / (float(stats["rounds"][0]) * k),
+        identical_greedy=bool((toks == plain).all()),
+      )
+    )
+  return out
+
+
+def _decode_step_ms(eng, repeats, n=16):
+  state = eng.init_decode_state()
+  table = np.arange(1, eng.max_concurrent_decodes * eng.pages_per_slot + 1)
+  state = eng.set_page_table(state, table.reshape(eng.max_concurrent_decodes, -1))
+
+  def steps():
+    nonlocal state
+    for _ in range(n):
+      state, out = eng.generate(decode_state=state)
+    return out
+
+  steps()
+  return 1e3 * timed(steps, repeats)[0] / n
+
+
+def _drift(cfg, params, results, prompts):
+  """max / mean |engine logprob - fp32 full-attention teacher-forced logprob| over all tokens."""
+  fwd = jax.jit(lambda t: tfm.apply(params, t, cfg))
+  diffs = []
+  for r, p in zip(results, prompts, strict=True):
+    seq = jnp.asarray([list(p) + r.tokens])
+    logp = jax.nn.log_softmax(fwd(seq)[0], -1)
+    want = np.asarray(logp[len(p) - 1 + np.arange(len(r.tokens)), np.asarray(r.tokens)])
+    diffs.append(np.abs(np.asarray(r.logprobs) - want))
+  d = np.concatenate(diffs)
+  return float(d.max()), float(d.mean())
+
+
+def bench_tiers(cfg, params, repeats, c=8, long_new=448):
+  """int8 weights and KV eviction: decode step time vs fp32 / full cache, and logprob drift."""
+  rng = np.random.default_rng(7)
+  prompts = [list(map(int, rng.integers(0, cfg.vocab_size, PROMPT))) for _ in range(c)]
+  greedy = SamplingParams(greedy=True)
+  rows = []
+  for name, kw, new in (
+    ("int8_weights", dict(weight_dtype="int8"), NEW),
+    ("int8_kv", dict(kv_dtype="int8"), NEW),
+  ):
+    base = Engine(cfg, params, max_concurrent_decodes=c, max_seq_len=PROMPT + NEW)
+    fast = Engine(cfg, params, max_concurrent_decodes=c, max_seq_len=PROMPT + NEW, **kw)
+    with Generator(fast) as g:
+      res = g.generate([GenerationRequest(p, new, greedy) for p in prompts])
+    t0, t1 = _decode_step_ms(base, repeats), _decode_step_ms(fast, repeats)
+    mx, mean = _drift(cfg, params, res, prompts)
+    rows.append(
+      dict(tier=name, step_ms_base=t0, step_ms=t1, speedup=t0 / t1, drift_max=mx, drift_mean=mean)
+    )
+  lcfg = cfg.replace(max_seq_len=PROMPT + long_new)
+  window = kv_evict.Window(sink=1, ring=8)  # 16 sink tokens + a 113..128-token recent window
+  base = Engine(lcfg, params, max_concurrent_decodes=c)
+  fast = Engine(lcfg, params, max_concurrent_decodes=c, window=window)
+  with Generator(fast) as g:
+    res = g.generate([GenerationRequest(p, long_new, greedy) for p in prompts])
+  t0, t1 = _decode_step_ms(base, repeats), _decode_step_ms(fast, repeats)
+  mx, mean = _drift(lcfg, params, res, prompts)
+  rows.append(
+    dict(tier=f"evict_sink16_window128_len{PROMPT + long_new}", step_ms_base=t0, step_ms=t1,
+         speedup=t0 / t1, drift_max=mx, drift_mean=mean)
+  )  # fmt: skip
+  return rows
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--repeats", type=int, default=3)
   ap.add_argument("--concurrency", default="1,8,32")
   ap.add_argument("--naive_tokens", type=int, default=16)
   ap.add_argument("--speculative", action="store_true")
+  ap.add_argument("--tiers", action="store_true", help="int8 weights / int8 KV / KV eviction")
   args = ap.parse_args()
   cfg, params = model()
   print(f"model: {config.num_params(cfg) / 1e6:.1f}M params, devices {jax.devices()}")
@@ -189,10 +298,12 @@ def main():
     row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens)
     rows.append(row)
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+  if args.tiers:
+    for row in bench_tiers(cfg, params, args.repeats):
+      print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))
   if args.speculative:
-    from benchmarks import speculative_bench
-
-    print(json.dumps(speculative_bench.run(args.repeats)))
+    for row in bench_speculative(cfg, params, args.repeats):
+      print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(params=list(VARIANTS))
+@pytest.fixture(params=testing.backend_params(list(VARIANTS)))
 def limited(request, sandbox_image):
   name, opts = VARIANTS[request.param]
   if name == "docker" and (why := testing.docker_unavailable()):

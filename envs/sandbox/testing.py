@@ -44,7 +44,12 @@ def sandbox_image() -> image_lib.Image:
     return image_lib.build()
 
 
-@pytest.fixture(params=BACKENDS)
+def backend_params(names=BACKENDS) -> list:
+  """Parameters with the `docker` mark on Docker cases (`pytest -m "not docker"`)."""
+  return [pytest.param(n, marks=pytest.mark.docker) if "docker" in n else n for n in names]
+
+
+@pytest.fixture(params=backend_params())
 def backend(request, sandbox_image) -> str:
   if request.param == "docker" and (why := docker_unavailable()):
     pytest.skip(why)

@@ -66,6 +66,19 @@ def _needed(q_pos_BC, k_pos_BC, causal):
   return jnp.min(k_pos_BC) <= jnp.max(q_pos_BC) if causal else jnp.bool_(True)
 
 
+def _scan(f, init, xs):
+  """lax.scan, but a length-1 scan is a plain call (smaller programs, faster compiles)."""
+  if jax.tree.leaves(xs)[0].shape[0] > 1:
+    return jax.lax.scan(f, init, xs)
+  carry, y = f(init, jax.tree.map(lambda a: a[0], xs))
+  return carry, jax.tree.map(lambda a: a[None], y)
+
+
+def _maybe(needed, step, carry, single_block):
+  """Runs `step` only where the block has visible keys (always when it is the only one)."""
+  return step(carry) if single_block else jax.lax.cond(needed, step, lambda c: c, carry)
+
+
 def _fwd_block(carry, q, k, v, mask):
   m, denom, acc = carry
   s = jnp.einsum("bkgqd,bksd->bkgqs", q, k, preferred_element_type=_F32)
@@ -82,6 +95,7 @@ def _fwd_block(carry, q, k, v, mask):
 
 def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
   _, B, K, G, Cq, d = q.shape
+  single = q.shape[0] == k.shape[0] == 1
 
   def per_q_chunk(_, xq):
     q_i, qp_i, qs_i = xq
@@ -90,20 +104,20 @@ def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
       k_j, v_j, kp_j, ks_j = xk
       mask = _mask(qp_i, kp_j, qs_i, ks_j, causal)[:, None, None]
       step = functools.partial(_fwd_block, q=q_i, k=k_j, v=v_j, mask=mask)
-      return jax.lax.cond(_needed(qp_i, kp_j, causal), step, lambda c: c, carry), None
+      return _maybe(_needed(qp_i, kp_j, causal), step, carry, single), None
 
     init = (
       jnp.full((B, K, G, Cq), _NEG, _F32),
       jnp.zeros((B, K, G, Cq), _F32),
       jnp.zeros((B, K, G, Cq, d), _F32),
     )
-    (m, denom, acc), _ = jax.lax.scan(per_kv_chunk, init, (k, v, k_pos, k_seg))
+    (m, denom, acc), _ = _scan(per_kv_chunk, init, (k, v, k_pos, k_seg))
     empty = m == _NEG  # no visible key: output 0, and lse = -_NEG makes every p = 0
     out = jnp.where(empty[..., None], 0.0, acc / jnp.where(empty, 1.0, denom)[..., None])
     lse = jnp.where(empty, -_NEG, m + jnp.log(jnp.where(empty, 1.0, denom)))
     return None, (out.astype(q.dtype), lse)
 
-  _, (out, lse) = jax.lax.scan(per_q_chunk, None, (q, q_pos, q_seg))
+  _, (out, lse) = _scan(per_q_chunk, None, (q, q_pos, q_seg))
   return out, lse
 
 
@@ -123,6 +137,7 @@ def _flash_bwd_impl(res, do, causal):
   q, k, v, q_pos, k_pos, q_seg, k_seg, out, lse = res
   delta = jnp.sum(do.astype(_F32) * out.astype(_F32), axis=-1)  # [nq, B, K, G, C]
   _, B, K, Ck, d = k.shape
+  single = q.shape[0] == k.shape[0] == 1
 
   def per_kv_chunk(dq_all, xk):
     k_j, v_j, kp_j, ks_j = xk
@@ -134,15 +149,15 @@ def _flash_bwd_impl(res, do, causal):
       step = functools.partial(
         _bwd_block, q=q_i, k=k_j, v=v_j, do=do_i, lse=lse_i, delta=dl_i, mask=mask
       )
-      dq_i, dk, dv = jax.lax.cond(_needed(qp_i, kp_j, causal), step, lambda c: c, (dq_i, dk, dv))
+      dq_i, dk, dv = _maybe(_needed(qp_i, kp_j, causal), step, (dq_i, dk, dv), single)
       return (dk, dv), dq_i
 
     zeros = jnp.zeros((B, K, Ck, d), _F32)
     xs = (q, do, lse, delta, q_pos, q_seg, dq_all)
-    (dk, dv), dq_all = jax.lax.scan(per_q_chunk, (zeros, zeros), xs)
+    (dk, dv), dq_all = _scan(per_q_chunk, (zeros, zeros), xs)
     return dq_all, (dk, dv)
 
-  dq, (dk, dv) = jax.lax.scan(per_kv_chunk, jnp.zeros(q.shape, _F32), (k, v, k_pos, k_seg))
+  dq, (dk, dv) = _scan(per_kv_chunk, jnp.zeros(q.shape, _F32), (k, v, k_pos, k_seg))
   return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None, None)
 
 

@@ -1,5 +1,6 @@
 """models.transformer / rope / moe: formulas, equivalences, remat, scan, sharding."""
 
+import functools
 import math
 
 import jax
@@ -173,7 +174,7 @@ def _ce_loss(params, tokens, cfg):
 
 
 def test_remat_policies_give_equal_gradients():
-  cfg = mconfig.tiny("qwen3_moe", attn_chunk=8)
+  cfg = mconfig.tiny("qwen3", attn_bias=True, attn_out_bias=True)
   params = transformer.init(cfg, jax.random.PRNGKey(0))
   tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 17), 0, cfg.vocab_size)
   grads = {}
@@ -209,34 +210,51 @@ def test_packed_sequences_equal_separate_ones():
   np.testing.assert_allclose(got[0, 5:9], np.asarray(apply(params, b[None], cfg))[0], atol=1e-5)
 
 
-def _decode_with_pieces(params, tokens, cfg, n_prompt):
-  """Prefill n_prompt tokens into a per-layer KV cache, then decode the rest one by one."""
-  T = tokens.shape[1]
-  cache = [None] * cfg.n_layers
+@functools.partial(jax.jit, static_argnums=4)
+def _cached_step(params, tokens_BN, pos_N, cache, cfg):
+  """Runs N new tokens at positions pos_N against a fixed-size KV cache.
+
+  Empty cache slots carry segment 0, the attention convention for padding.
+  """
+  B, N = tokens_BN.shape
+  S = cache["seg_BS"].shape[1]
+  seg_BS = cache["seg_BS"].at[:, pos_N].set(1)
+  pos_BN = jnp.broadcast_to(pos_N, (B, N))
+  x = transformer.embed(params, tokens_BN, cfg)
+  ks, vs = [], []
+  for i in range(cfg.n_layers):
+    lp = jax.tree.map(lambda a, i=i: a[i], params["layers"])
+    q, k, v = transformer.layer_qkv(lp, x, pos_BN, cfg)
+    ks.append(cache["k"][i].at[:, pos_N].set(k))
+    vs.append(cache["v"][i].at[:, pos_N].set(v))
+    attn = attend(
+      q,
+      ks[i],
+      vs[i],
+      q_pos_BT=pos_BN,
+      k_pos_BS=jnp.arange(S)[None],
+      q_seg_BT=jnp.ones((B, N), jnp.int32),
+      k_seg_BS=seg_BS,
+      chunk=4,
+    )
+    x, _ = transformer.layer_finish(lp, x, attn, cfg)
+  logits = transformer.unembed(params, x, cfg)
+  return logits, {"k": jnp.stack(ks), "v": jnp.stack(vs), "seg_BS": seg_BS}
+
+
+def test_cached_decoding_with_the_pieces_equals_apply():
+  cfg = mconfig.tiny("qwen3_moe", attn_bias=True, attn_out_bias=True)
+  params = transformer.init(cfg, jax.random.PRNGKey(2))
+  B, T, n_prompt = 2, 8, 6
+  tokens = jax.random.randint(jax.random.PRNGKey(3), (B, T), 0, cfg.vocab_size)
+  want = jax.jit(transformer.apply, static_argnums=2)(params, tokens, cfg)
+  kv = jnp.zeros((cfg.n_layers, B, T, cfg.n_kv_heads, cfg.head_dim))
+  cache = {"k": kv, "v": kv, "seg_BS": jnp.zeros((B, T), jnp.int32)}
   outs = []
   for start, stop in [(0, n_prompt)] + [(t, t + 1) for t in range(n_prompt, T)]:
-    pos = jnp.arange(start, stop)[None]
-    x = transformer.embed(params, tokens[:, start:stop], cfg)
-    for i in range(cfg.n_layers):
-      lp = jax.tree.map(lambda a, i=i: a[i], params["layers"])
-      q, k, v = transformer.layer_qkv(lp, x, pos, cfg)
-      if cache[i] is not None:
-        k, v = jnp.concatenate([cache[i][0], k], 1), jnp.concatenate([cache[i][1], v], 1)
-      cache[i] = (k, v)
-      attn = attend(q, k, v, q_pos_BT=pos, k_pos_BS=jnp.arange(stop)[None], chunk=4)
-      x, _ = transformer.layer_finish(lp, x, attn, cfg)
-    outs.append(transformer.unembed(params, x, cfg))
-  return jnp.concatenate(outs, 1)
-
-
-@pytest.mark.parametrize("arch", ["llama", "mixtral"])
-def test_cached_decoding_with_the_pieces_equals_apply(arch):
-  cfg = mconfig.tiny(arch)
-  params = transformer.init(cfg, jax.random.PRNGKey(2))
-  tokens = jax.random.randint(jax.random.PRNGKey(3), (2, 8), 0, cfg.vocab_size)
-  want = transformer.apply(params, tokens, cfg)
-  got = _decode_with_pieces(params, tokens, cfg, n_prompt=6)
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+    logits, cache = _cached_step(params, tokens[:, start:stop], jnp.arange(start, stop), cache, cfg)
+    outs.append(logits)
+  np.testing.assert_allclose(np.asarray(jnp.concatenate(outs, 1)), np.asarray(want), atol=1e-5)
 
 
 def test_param_axes_cover_every_weight():
@@ -254,9 +272,7 @@ def test_param_axes_cover_every_weight():
       strict=True,
     ):
       assert len(ax) == len(sh) == p.ndim and set(ax) <= AXIS_NAMES
-    assert mconfig.num_params(cfg) == sum(p.size for p in jax.tree.leaves(params)) - (
-      0 if cfg.tie_embeddings else 0
-    )
+    assert mconfig.num_params(cfg) == sum(math.prod(p.shape) for p in jax.tree.leaves(params))
 
 
 def test_sharded_apply_on_8_devices_equals_single_device():
@@ -278,9 +294,11 @@ def test_bf16_compute_with_fp32_params():
   cfg = mconfig.tiny("qwen3")
   params = transformer.init(cfg, jax.random.PRNGKey(0))
   tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 8), 0, cfg.vocab_size)
-  ref = transformer.apply(params, tokens, cfg)
-  out = transformer.apply(params, tokens, cfg.replace(dtype="bfloat16"))
+  apply = jax.jit(transformer.apply, static_argnums=2)
+  ref = apply(params, tokens, cfg)
+  out = apply(params, tokens, cfg.replace(dtype="bfloat16"))
   assert out.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=2e-2)
-  g = jax.grad(_ce_loss)(params, tokens, cfg.replace(dtype="bfloat16", remat="save_dots"))
+  grad = jax.jit(jax.grad(_ce_loss), static_argnums=2)
+  g = grad(params, tokens, cfg.replace(dtype="bfloat16", remat="save_dots"))
   assert all(x.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(g))

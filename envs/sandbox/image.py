@@ -318,7 +318,8 @@ def prune(keep: Image, client=None) -> list[str]:
       continue
     with _Lock(cache_root() / f"{d.name}.lock"):
       shutil.rmtree(d, ignore_errors=True)
-    (cache_root() / f"{d.name}.lock").unlink(missing_ok=True)
+    for lock in (f"{d.name}.lock", f"{d.name}.docker.lock"):
+      (cache_root() / lock).unlink(missing_ok=True)
     removed.append(d.name)
   if client is not None:
     for img in client.images.list(name=DOCKER_REPO):

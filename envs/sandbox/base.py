@@ -70,7 +70,11 @@ class Sandbox(abc.ABC):
 
   @abc.abstractmethod
   def snapshot(self) -> str:
-    """Captures the workspace (and writable filesystem state); returns a snapshot id."""
+    """Captures the workspace (and writable filesystem state); returns a snapshot id.
+
+    The built-in backends snapshot every writable place (workdir, /tmp, $HOME); the id is a
+    host tar file that any open sandbox can restore until the one that took it is closed.
+    """
 
   @abc.abstractmethod
   def restore(self, snapshot_id: str) -> None:
@@ -82,6 +86,10 @@ class Sandbox(abc.ABC):
   @property
   @abc.abstractmethod
   def alive(self) -> bool: ...
+
+  def pids_stats(self) -> tuple[int, int] | None:
+    """(processes now, forks refused at the pids limit), if the backend can tell."""
+    return None
 
   def __enter__(self):
     return self

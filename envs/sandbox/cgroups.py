@@ -333,7 +333,7 @@ def reap_stale(support: Support, alive) -> int:
   )
   for parent in parents:
     for d in parent.iterdir() if parent.is_dir() else []:
-      if d.is_dir() and not alive(d.name.rsplit("-", 1)[0]):
+      if d.is_dir() and not alive(d.name.split("-", 1)[0]):
         kind = support.track_kind if parent == support.track_parent else None
         kill_tree(d, kind, timeout_s=2.0)
         _rmdir_tree(d, timeout_s=2.0)

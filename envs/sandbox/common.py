@@ -126,14 +126,14 @@ _SEQ = itertools.count(1)
 
 
 def unique_name() -> str:
-  """`<owner tag>-<n>`: unique on the machine; the owner tag is everything before the last '-'."""
+  """`<owner tag>-<n>`: unique on the machine; the owner tag is everything before the first '-'."""
   return f"{owner_tag()}-{next(_SEQ)}"
 
 
 def reap_stale_state() -> int:
   n = 0
   for d in runtime_root().iterdir():
-    if d.is_dir() and not owner_alive(d.name.rsplit("-", 1)[0]):
+    if d.is_dir() and not owner_alive(d.name.split("-", 1)[0]):
       shutil.rmtree(d, ignore_errors=True)
       n += 1
   return n

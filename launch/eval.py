@@ -69,12 +69,13 @@ def _select(tasks):
 
 def _agent():
   from envs import eval as ev
-  from envs.agent import AgentConfig
 
   if _AGENT.value != "policy":
     return ev.make_agent(_AGENT.value, script=_SCRIPT.value), lambda: None
   if not _CHECKPOINT.value:
     raise app.UsageError("--agent=policy needs --checkpoint")
+  from envs.agent import AgentConfig  # imports jax: only for the policy
+
   cfg = AgentConfig(
     max_turns=_MAX_TURNS.value,
     max_new_tokens=_MAX_NEW.value,

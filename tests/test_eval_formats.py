@@ -9,7 +9,8 @@ import sys
 import textwrap
 
 from envs import eval as ev
-from envs.task import load_tasks
+from envs import flywheel
+from envs.task import load_any, load_tasks
 
 TB = {
   "task.yaml": """
@@ -128,6 +129,16 @@ def test_scripted_agent_from_a_folder_of_command_files(tmp_path):
     "test_max": "failed",
   }
   assert [s["action"] for s in tb["trajectory"]] == ["echo 27 > sum.txt", "echo 8 > max.txt"]
+  # the failure goes to the flywheel; an imported task's draft is a copy of its folder
+  (row,) = flywheel.export_failures(trials, tasks, tmp_path / "fw")
+  assert row["origin"] == tb["task_id"] and row["draft_format"] == "terminal-bench"
+  draft = load_any(tmp_path / "fw" / row["folder"] / "task")
+  assert (
+    draft.format == "terminal-bench"
+    and draft.tests == next(t for t in tasks if t.id == tb["task_id"]).tests
+  )
+  meta = json.loads((tmp_path / "fw" / row["folder"] / "task" / "flywheel.json").read_text())
+  assert meta["failure_mode"] == "tests_failed" and "flywheel" in meta["tags"]
 
 
 def test_launch_eval_scripted_on_terminal_bench(tmp_path):

@@ -133,7 +133,11 @@ def plots(summary: dict, trials: Sequence[dict]) -> dict[str, str]:
     for name, g in summary["by_suite"].items():
       ks = sorted(int(k) for k in g["pass@k"])
       ax.plot(ks, [g["pass@k"][str(k)] for k in ks], marker="o", label=name or "(none)")
-    ax.set(xlabel="k", ylabel="pass@k", ylim=(-0.02, 1.02), xscale="log", title="pass@k by suite")
+    all_ks = summary["ks"]
+    ax.set(xlabel="k", ylabel="pass@k", ylim=(-0.02, 1.02), title="pass@k by suite")
+    if max(all_ks) > 2:
+      ax.set_xscale("log", base=2)
+    ax.set_xticks(all_ks, [str(k) for k in all_ks])
     ax.legend(fontsize=7)
     out["pass@k"] = _png(fig)
   for key in ("by_domain", "by_difficulty"):

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-EXTRAS="${AGENTRL_EXTRAS:-test}"
+EXTRAS="${AGENTRL_EXTRAS:-all}"
 
 if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   need=()

@@ -36,7 +36,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
 
   def __init__(self, spec: SandboxSpec, cgroup_mode: str | None = None):
     common.check_spec(spec)
-    self.spec, self._closed, self._lock = spec, False, threading.Lock()
+    self.spec, self._closed, self._lock = spec, False, threading.RLock()
     self.name = common.unique_name()
     img = image_lib.resolve(spec.image)
     if spec.setup_script:

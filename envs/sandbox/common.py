@@ -143,7 +143,7 @@ def reap_stale_state() -> int:
 # Registry of live sandboxes and teardown on exit, SIGINT and SIGTERM.
 
 _LIVE: set[Sandbox] = set()
-_LIVE_LOCK = threading.Lock()
+_LIVE_LOCK = threading.RLock()  # re-entered by the signal handler
 _INSTALLED = False
 
 

@@ -153,7 +153,7 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
 
   def __init__(self, spec: SandboxSpec, docker_client=None):
     common.check_spec(spec)
-    self.spec, self._closed, self._lock, self.id = spec, False, threading.Lock(), None
+    self.spec, self._closed, self._lock, self.id = spec, False, threading.RLock(), None
     self.name = common.unique_name()
     self.api = (docker_client or client()).api
     img = image_lib.resolve(spec.image)

@@ -28,11 +28,13 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # it and `wait` reaps any child), ignores every signal (pid 1 cannot even be SIGKILLed from
 # inside its pid namespace), signals readiness on stdout if $1 is set, and exits at epoch
 # second $2 ($3 seconds from now): the sandbox's hard end of life (a safety net should its
-# owner die without cleaning up). `date` runs only if the first sleep was killed early.
+# owner die without cleaning up). `date` runs only if the first sleep was killed early; if
+# `date` is killed too, it retries, so killing pid 1's helpers never ends the sandbox.
 INIT_SCRIPT = (
   "trap '' INT TERM HUP QUIT USR1 USR2 PIPE ALRM TSTP TTIN TTOU; "
   'if [ -n "$1" ]; then printf x; exec >/dev/null; fi; sleep "$3" & wait $!; '
-  'while now=$(date +%s); [ "$now" -lt "$2" ]; do sleep $(($2 - now)) & wait $!; done'
+  "while :; do now=$(date +%s); case $now in ''|*[!0-9]*) sleep 1 & wait $!; continue;; esac; "
+  '[ "$now" -lt "$2" ] || break; sleep $(($2 - now)) & wait $!; done'
 )
 
 

@@ -13,6 +13,7 @@ from models import transformer as tfm
 from models.engine import TRACES, Engine
 from models.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
+from models.tokenizer import ByteTokenizer
 
 MAX_LEN = 128
 GREEDY = SamplingParams(greedy=True)
@@ -121,6 +122,17 @@ def test_stop_tokens_and_max_new_tokens(gen):
   stop = full[5]
   r = gen.generate([GenerationRequest(prompt, 15, GREEDY, stop_token_ids=(stop,))])[0]
   assert r.finish_reason == "stop" and r.tokens == full[: full.index(stop) + 1]
+  # Stop strings: generation ends at the first token whose text completes the string.
+  tok = ByteTokenizer()
+  text = tok.decode(full)
+  stop_str = text[len(text) // 2 : len(text) // 2 + 2]
+  want = next(full[: i + 1] for i in range(len(full)) if stop_str in tok.decode(full[: i + 1]))
+  g2 = Generator(gen.engine, tokenizer=tok)
+  try:
+    r2 = g2.generate([GenerationRequest(prompt, 15, GREEDY, stop_strings=(stop_str,))])[0]
+  finally:
+    g2.close()
+  assert r2.tokens == want and r2.finish_reason == "stop_string"
 
 
 def test_session_prefix_reuse_equals_fresh_prefill():

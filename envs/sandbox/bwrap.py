@@ -36,6 +36,10 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
 
   def __init__(self, spec: SandboxSpec, cgroup_mode: str | None = None):
     common.check_spec(spec)
+    with common.creating():
+      self._create(spec, cgroup_mode)
+
+  def _create(self, spec: SandboxSpec, cgroup_mode: str | None) -> None:
     self.spec, self._closed, self._lock = spec, False, threading.RLock()
     self.name = common.unique_name()
     img = image_lib.resolve(spec.image)

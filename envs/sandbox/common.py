@@ -5,6 +5,8 @@ pumping pipes with an output cap. File operations are in fileops.py."""
 from __future__ import annotations
 
 import atexit
+import collections
+import contextlib
 import itertools
 import os
 import pathlib
@@ -18,7 +20,7 @@ import threading
 import time
 import weakref
 
-from envs.sandbox.base import ExecResult, Sandbox
+from envs.sandbox.base import ExecResult, Sandbox, SandboxError
 
 LIFETIME_GRACE_S = 60.0  # a sandbox outlives its episode by this much (grading, snapshots)
 HOME_MB = 64  # $HOME is a tmpfs of this size
@@ -147,11 +149,31 @@ def reap_stale_state() -> int:
 _LIVE: set[Sandbox] = set()
 _LIVE_LOCK = threading.RLock()  # re-entered by the signal handler
 _INSTALLED = False
+_TEARING_DOWN = False
+_CREATING: collections.Counter = collections.Counter()  # thread id -> creations in progress
+
+
+@contextlib.contextmanager
+def creating():
+  """Wraps a sandbox's creation, so teardown can wait for creations in other threads."""
+  me = threading.get_ident()
+  with _LIVE_LOCK:
+    if _TEARING_DOWN:
+      raise SandboxError("the process is shutting down: no new sandboxes")
+    _CREATING[me] += 1
+  try:
+    yield
+  finally:
+    with _LIVE_LOCK:
+      _CREATING[me] -= 1
 
 
 def register(sb: Sandbox) -> None:
+  """Adds a fully created sandbox; SandboxError (the creator then closes it) at teardown."""
   install_teardown()
   with _LIVE_LOCK:
+    if _TEARING_DOWN:
+      raise SandboxError("the process is shutting down: no new sandboxes")
     _LIVE.add(sb)
 
 
@@ -173,21 +195,36 @@ def on_teardown(method) -> None:
   _HOOKS.append(weakref.WeakMethod(method))
 
 
-def close_all() -> None:
-  """Runs teardown hooks (pools stop making sandboxes), then closes every live sandbox of
-  this process (in parallel: Docker removal is slow)."""
+def _others_creating() -> bool:
+  me = threading.get_ident()
+  with _LIVE_LOCK:
+    return any(n > 0 for t, n in _CREATING.items() if t != me)
+
+
+def close_all(wait_s: float = 30.0) -> None:
+  """Teardown: refuses new sandboxes, runs the hooks (pools stop), waits for creations under
+  way in other threads (they close themselves), then closes every live sandbox of this
+  process in parallel (Docker removal is slow)."""
+  global _TEARING_DOWN
+  with _LIVE_LOCK:
+    _TEARING_DOWN = True
   for ref in list(_HOOKS):
     if (fn := ref()) is not None:
       try:
         fn()
       except Exception:  # noqa: BLE001 (teardown must go on)
         pass
+  end = time.monotonic() + wait_s
+  while _others_creating() and time.monotonic() < end:
+    time.sleep(0.01)
   boxes = live()
   threads = [threading.Thread(target=close_quietly, args=(b,), daemon=True) for b in boxes]
   for t in threads:
     t.start()
   for t in threads:
     t.join(timeout=60)
+  with _LIVE_LOCK:  # a process that survives the signal (a REPL's Ctrl-C) may go on
+    _TEARING_DOWN = False
 
 
 def close_quietly(sb: Sandbox) -> None:

@@ -153,6 +153,10 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
 
   def __init__(self, spec: SandboxSpec, docker_client=None):
     common.check_spec(spec)
+    with common.creating():
+      self._make(spec, docker_client)
+
+  def _make(self, spec: SandboxSpec, docker_client) -> None:
     self.spec, self._closed, self._lock, self.id = spec, False, threading.RLock(), None
     self.name = common.unique_name()
     self.api = (docker_client or client()).api

@@ -329,16 +329,17 @@ class Verifier:
     }
     env_s = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
     if task.tests.runner == "shell":
-      run = f"bash {tdir}/test.sh > {ldir}/test-output.txt 2>&1"
+      run = f"/bin/bash {tdir}/test.sh > {ldir}/test-output.txt 2>&1"
     else:
       run = (
-        f"python3 -I -m pytest -c {gdir}/pytest.ini --rootdir={tdir} --confcutdir={tdir} "
+        f"/usr/bin/python3 -I -m pytest -c {gdir}/pytest.ini --rootdir={tdir} --confcutdir={tdir} "
         f"-p no:cacheprovider -o junit_suite_name={nonce} --junitxml={ldir}/junit.xml -q -rA {tdir}"
       )
-    # Kill strays again: a login profile written by the agent ran just before this line.
+    # Absolute paths: a task's own PATH (e.g. /app/bin first) must not pick the grader's tools.
+    # Strays are killed again after the tests so nothing they started rewrites the report.
     return (
       f"{KILL_STRAYS}\ncd {shlex.quote(task.workdir)} || exit 90\n"
-      f"env -i {env_s} timeout -k 5 {int(timeout)} {run}\n__rc=$?\n{KILL_STRAYS}\n"
+      f"/usr/bin/env -i {env_s} /usr/bin/timeout -k 5 {int(timeout)} {run}\n__rc=$?\n{KILL_STRAYS}\n"
       f'echo "{_RC_MARK}${{__rc}}@@{nonce}"'
     )
 

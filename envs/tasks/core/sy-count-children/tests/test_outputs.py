@@ -17,8 +17,11 @@ def test_counts():
         assert parent.stdout.readline().strip() == "ok"
         r = run(["./children.sh", str(parent.pid)])
         assert r.returncode == 0 and r.stdout.strip() == "3"
-        leaf = run("sleep 5 & echo $!").stdout.strip()
-        assert run(["./children.sh", leaf]).stdout.strip() == "0"
+        leaf = subprocess.Popen(["sleep", "30"])
+        try:
+            assert run(["./children.sh", str(leaf.pid)]).stdout.strip() == "0"
+        finally:
+            leaf.kill()
     finally:
         parent.kill()
         subprocess.run(["pkill", "-P", str(parent.pid)])

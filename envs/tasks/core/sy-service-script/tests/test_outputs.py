@@ -28,7 +28,9 @@ def test_lifecycle():
     assert r.stdout.strip() == "already running" and pid() == p
     r = svc("status")
     assert r.stdout.strip() == "running" and r.returncode == 0
-    time.sleep(0.6)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not ((WS / "worker.out").exists() and (WS / "worker.out").read_text().count("\n") >= 2):
+        time.sleep(0.1)
     assert (WS / "worker.out").read_text().count("\n") >= 2
     r = svc("stop")
     assert r.stdout.strip() == "stopped"

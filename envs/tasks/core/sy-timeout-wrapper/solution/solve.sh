@@ -5,7 +5,7 @@ cat > limit.sh <<'EOF'
 secs=$1; shift
 setsid "$@" &
 child=$!
-( sleep "$secs"; kill -KILL -- "-$child" 2>/dev/null; touch "/tmp/.limit-$child" ) &
+( sleep "$secs"; touch "/tmp/.limit-$child"; kill -KILL -- "-$child" 2>/dev/null ) &
 watcher=$!
 wait "$child"; rc=$?
 if [ -e "/tmp/.limit-$child" ]; then rm -f "/tmp/.limit-$child"; exit 124; fi

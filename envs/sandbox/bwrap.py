@@ -53,7 +53,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     self._lease = bwrap_host.UidLease() if self._root else None
     self.host_uid = self._lease.uid if self._lease else os.getuid()
     support = cgroups.detect(cgroup_mode)
-    self._cg, self._proc, self._oom_seen = None, None, 0
+    self._cg, self._proc, self._oom_seen, self._broken = None, None, 0, False
     self.limits_via = set(support.limits)
     self._t0 = time.monotonic()
     self._end = self._t0 + spec.episode_timeout_s
@@ -181,6 +181,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     if self._closed:
       raise SandboxError(f"sandbox {self.name} is closed")
     if self._dead():
+      self._broken = True
       raise SandboxError(f"sandbox {self.name} died (bwrap exit {self._proc.returncode})")
 
   def _spawn_inside(self, argv, stdin, stdout, tag: str):
@@ -242,8 +243,10 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     rc, timed_out = self._finish(p, leaf, tag, deadline, hit)
     self._check_open()
     if rc == 125 and err.buf.startswith(b"sh: "):
+      self._broken = True
       raise SandboxError(f"could not join the sandbox cgroups: {err.buf[:500]!r}")
     if rc == 1 and err.buf.startswith(b"nsenter: ") and b"\n" not in err.buf[:-1]:
+      self._broken = True
       raise SandboxError(f"could not enter the sandbox: {err.buf[:500]!r}")
     oom = False
     if self._cg is not None and (n := self._cg.oom_kills()) is not None:
@@ -273,7 +276,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
 
   @property
   def alive(self) -> bool:
-    return not self._closed and self._proc is not None and not self._dead()
+    return not (self._closed or self._broken or self._proc is None or self._dead())
 
   def _dead(self) -> bool:
     """pid 1 exited (its pidfd turned readable) or bwrap did."""

@@ -58,7 +58,9 @@ def naive_attend(q_BTHd, k_BSKd, v_BSKd, q_pos, k_pos, q_seg, k_seg, causal, sca
 
 
 # ------------------------------------------------------------------ chunked kernel
-# Internal layout: q [nq, B, K, G, C, d], k/v [nk, B, K, C, d], pos/seg [n, B, C].
+# Internal layout: q [nq, B, K, M, d] with M = G*C rows (group-major), k/v [nk, B, K, C, d],
+# pos/seg [n, B, C]. Every matmul then has one contracting dim, which XLA:CPU maps to a
+# plain dot without transposing copies.
 
 
 def _needed(q_pos_BC, k_pos_BC, causal):
@@ -79,22 +81,29 @@ def _maybe(needed, step, carry, single_block):
   return step(carry) if single_block else jax.lax.cond(needed, step, lambda c: c, carry)
 
 
+def _masked(s_BKMS, mask_BCS):
+  """Masked scores (the G query groups of a row share its mask)."""
+  B, K, M, S = s_BKMS.shape
+  C = mask_BCS.shape[1]
+  s = s_BKMS.reshape(B, K, M // C, C, S)
+  return jnp.where(mask_BCS[:, None, None], s, _NEG).reshape(B, K, M, S)
+
+
 def _fwd_block(carry, q, k, v, mask):
   m, denom, acc = carry
-  s = jnp.einsum("bkgqd,bksd->bkgqs", q, k, preferred_element_type=_F32)
-  s = jnp.where(mask, s, _NEG)
+  s = _masked(jnp.einsum("bkmd,bksd->bkms", q, k, preferred_element_type=_F32), mask)
   m_new = jnp.maximum(m, jnp.max(s, axis=-1))
   # Masked scores give exp(_NEG - m_new) = 0 once a row has seen any visible key; until
   # then m_new == _NEG and the junk they add is wiped by corr = 0 (or zeroed at the end).
   p = jnp.exp(s - m_new[..., None])
   corr = jnp.exp(m - m_new)
   denom = denom * corr + jnp.sum(p, axis=-1)
-  pv = jnp.einsum("bkgqs,bksd->bkgqd", p.astype(v.dtype), v, preferred_element_type=_F32)
+  pv = jnp.einsum("bkms,bksd->bkmd", p.astype(v.dtype), v, preferred_element_type=_F32)
   return m_new, denom, acc * corr[..., None] + pv
 
 
 def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
-  _, B, K, G, Cq, d = q.shape
+  _, B, K, M, d = q.shape
   single = q.shape[0] == k.shape[0] == 1
 
   def per_q_chunk(_, xq):
@@ -102,14 +111,14 @@ def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
 
     def per_kv_chunk(carry, xk):
       k_j, v_j, kp_j, ks_j = xk
-      mask = _mask(qp_i, kp_j, qs_i, ks_j, causal)[:, None, None]
+      mask = _mask(qp_i, kp_j, qs_i, ks_j, causal)
       step = functools.partial(_fwd_block, q=q_i, k=k_j, v=v_j, mask=mask)
       return _maybe(_needed(qp_i, kp_j, causal), step, carry, single), None
 
     init = (
-      jnp.full((B, K, G, Cq), _NEG, _F32),
-      jnp.zeros((B, K, G, Cq), _F32),
-      jnp.zeros((B, K, G, Cq, d), _F32),
+      jnp.full((B, K, M), _NEG, _F32),
+      jnp.zeros((B, K, M), _F32),
+      jnp.zeros((B, K, M, d), _F32),
     )
     (m, denom, acc), _ = _scan(per_kv_chunk, init, (k, v, k_pos, k_seg))
     empty = m == _NEG  # no visible key: output 0, and lse = -_NEG makes every p = 0
@@ -123,19 +132,19 @@ def _flash_fwd_impl(q, k, v, q_pos, k_pos, q_seg, k_seg, causal):
 
 def _bwd_block(carry, q, k, v, do, lse, delta, mask):
   dq, dk, dv = carry
-  s = jnp.einsum("bkgqd,bksd->bkgqs", q, k, preferred_element_type=_F32)
-  p = jnp.exp(jnp.where(mask, s, _NEG) - lse[..., None])
-  dv = dv + jnp.einsum("bkgqs,bkgqd->bksd", p.astype(do.dtype), do, preferred_element_type=_F32)
-  dp = jnp.einsum("bkgqd,bksd->bkgqs", do, v, preferred_element_type=_F32)
+  s = jnp.einsum("bkmd,bksd->bkms", q, k, preferred_element_type=_F32)
+  p = jnp.exp(_masked(s, mask) - lse[..., None])
+  dv = dv + jnp.einsum("bkms,bkmd->bksd", p.astype(do.dtype), do, preferred_element_type=_F32)
+  dp = jnp.einsum("bkmd,bksd->bkms", do, v, preferred_element_type=_F32)
   ds = (p * (dp - delta[..., None])).astype(q.dtype)
-  dq = dq + jnp.einsum("bkgqs,bksd->bkgqd", ds, k, preferred_element_type=_F32)
-  dk = dk + jnp.einsum("bkgqs,bkgqd->bksd", ds, q, preferred_element_type=_F32)
+  dq = dq + jnp.einsum("bkms,bksd->bkmd", ds, k, preferred_element_type=_F32)
+  dk = dk + jnp.einsum("bkms,bkmd->bksd", ds, q, preferred_element_type=_F32)
   return dq, dk, dv
 
 
 def _flash_bwd_impl(res, do, causal):
   q, k, v, q_pos, k_pos, q_seg, k_seg, out, lse = res
-  delta = jnp.sum(do.astype(_F32) * out.astype(_F32), axis=-1)  # [nq, B, K, G, C]
+  delta = jnp.sum(do.astype(_F32) * out.astype(_F32), axis=-1)  # [nq, B, K, M]
   _, B, K, Ck, d = k.shape
   single = q.shape[0] == k.shape[0] == 1
 
@@ -145,7 +154,7 @@ def _flash_bwd_impl(res, do, causal):
     def per_q_chunk(carry, xq):
       dk, dv = carry
       q_i, do_i, lse_i, dl_i, qp_i, qs_i, dq_i = xq
-      mask = _mask(qp_i, kp_j, qs_i, ks_j, causal)[:, None, None]
+      mask = _mask(qp_i, kp_j, qs_i, ks_j, causal)
       step = functools.partial(
         _bwd_block, q=q_i, k=k_j, v=v_j, do=do_i, lse=lse_i, delta=dl_i, mask=mask
       )
@@ -207,6 +216,7 @@ def chunked_attend(q_BTHd, k_BSKd, v_BSKd, q_pos, k_pos, q_seg, k_seg, causal, s
     _pad_to(q_BTHd * jnp.asarray(scale, q_BTHd.dtype), nq * cq, 1, 0)
     .reshape(B, nq, cq, K, G, d)
     .transpose(1, 0, 3, 4, 2, 5)
+    .reshape(nq, B, K, G * cq, d)
   )
   k = _pad_to(k_BSKd, nk * ck, 1, 0).reshape(B, nk, ck, K, d).transpose(1, 0, 3, 2, 4)
   v = _pad_to(v_BSKd, nk * ck, 1, 0).reshape(B, nk, ck, K, d).transpose(1, 0, 3, 2, 4)
@@ -224,7 +234,7 @@ def chunked_attend(q_BTHd, k_BSKd, v_BSKd, q_pos, k_pos, q_seg, k_seg, causal, s
     chunks(k_seg, ck),
     causal,
   )
-  out = out.transpose(1, 0, 4, 2, 3, 5).reshape(B, nq * cq, H, d)
+  out = out.reshape(nq, B, K, G, cq, d).transpose(1, 0, 4, 2, 3, 5).reshape(B, nq * cq, H, d)
   return out[:, :T]
 
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from models import moe, rope
 from models.attention import attend
 from models.config import ModelConfig
-from models.layers import dtype_of, rms_norm, swiglu
+from models.layers import dense, dtype_of, rms_norm, swiglu
 from parallel.rules import constrain
 
 _ACT_BTD = ("batch", "length", "act_embed")
@@ -126,9 +126,7 @@ def layer_qkv(lp, x_BTD, positions_BT, cfg: ModelConfig):
   """Pre-norm, q/k/v projections (+bias), q/k RMSNorm (Qwen3) and RoPE."""
   dt = x_BTD.dtype
   h_BTD = rms_norm(x_BTD, lp["attn_norm"], cfg.norm_eps)
-  q = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wq"].astype(dt))
-  k = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wk"].astype(dt))
-  v = jnp.einsum("btd,dhk->bthk", h_BTD, lp["wv"].astype(dt))
+  q, k, v = dense(h_BTD, lp["wq"]), dense(h_BTD, lp["wk"]), dense(h_BTD, lp["wv"])
   if cfg.attn_bias:
     q, k, v = (a + lp[b].astype(dt)[None, None] for a, b in ((q, "bq"), (k, "bk"), (v, "bv")))
   if cfg.qk_norm:
@@ -146,7 +144,7 @@ def layer_qkv(lp, x_BTD, positions_BT, cfg: ModelConfig):
 def _finish(lp, x_BTD, attn_BTHd, cfg: ModelConfig, valid_BT=None):
   """layer_finish plus the MoE balance statistics [3, E] (zeros [3, 1] when dense)."""
   dt = x_BTD.dtype
-  o_BTD = jnp.einsum("bthk,hkd->btd", attn_BTHd.astype(dt), lp["wo"].astype(dt))
+  o_BTD = dense(attn_BTHd.astype(dt), lp["wo"], n_in=2)
   if cfg.attn_out_bias:
     o_BTD = o_BTD + lp["bo"].astype(dt)[None, None]
   x_BTD = constrain(x_BTD + o_BTD, _ACT_BTD)
@@ -166,16 +164,11 @@ def layer_finish(lp, x_BTD, attn_BTHd, cfg: ModelConfig):
 
 def unembed(params, x_BTD, cfg: ModelConfig):
   """Final RMSNorm and the LM head (tied or not); logits in fp32."""
-  dt = x_BTD.dtype
   h_BTD = rms_norm(x_BTD, params["final_norm"], cfg.norm_eps)
   if cfg.tie_embeddings:
-    logits = jnp.einsum(
-      "btd,vd->btv", h_BTD, params["embed"].astype(dt), preferred_element_type=jnp.float32
-    )
+    logits = dense(h_BTD, params["embed"], out_dtype=jnp.float32, transpose_w=True)
   else:
-    logits = jnp.einsum(
-      "btd,dv->btv", h_BTD, params["lm_head"].astype(dt), preferred_element_type=jnp.float32
-    )
+    logits = dense(h_BTD, params["lm_head"], out_dtype=jnp.float32)
   return constrain(logits, ("batch", "length", "vocab"))
 
 

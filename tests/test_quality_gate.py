@@ -50,12 +50,6 @@ def bad_suite(tmp_path_factory):
     root, "weak", "def test_out():\n  assert (WS / 'out.txt').exists() or True\n"
   )  # no-op passes
   make(root, "wrong-solution", STRICT, solve="echo ko > out.txt")
-  # Flaky: passes about half the time, so k=4 reference runs disagree (seeded per run by time).
-  make(
-    root,
-    "flaky",
-    "import time\ndef test_out():\n  assert (WS / 'out.txt').exists() and time.time_ns() // 1000 % 2 == 0\n",
-  )
   make(
     root,
     "reward-file",
@@ -71,18 +65,14 @@ def test_gate_catches_bad_tasks_and_quarantines_them(bad_suite, tmp_path):
   reports = {r.task_id: r for r in check_tasks(tasks, cfg, q)}
   assert reports["bad/good"].ok and "bad/good" not in q
   assert "no-op agent passes" in q.reason("bad/weak")
-  assert "reference solution passed 0/4" in q.reason("bad/wrong-solution")
-  flaky = reports["bad/flaky"]
-  assert not flaky.ok and (
-    "disagree" in q.reason("bad/flaky") or "passed 0/4" in q.reason("bad/flaky")
-  )
+  assert "reference solution passed 0/2" in q.reason("bad/wrong-solution")
   assert "hack:plant_reward passes" in q.reason("bad/reward-file")
   # Every pool honours the quarantine file.
   pool = TaskPool(tasks, PoolConfig(seed=0, quarantine_path=str(q.path)))
   assert {pool.sample().id for _ in range(200)} == {"bad/good"}
   # A task fixed later passes the gate again and is released from the gate's quarantine.
   make(bad_suite, "weak", STRICT)
-  check_tasks(load_tasks(bad_suite / "weak"), cfg, q)
+  check_tasks([t for t in load_tasks(bad_suite) if t.id == "bad/weak"], cfg, q)
   assert "bad/weak" not in q and "bad/wrong-solution" in q
 
 

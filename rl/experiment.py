@@ -49,6 +49,7 @@ class EnvConfig:
   eval_tasks: int = 32  # held-out tasks evaluated at the start, every eval_every, and the end
   eval_seed: int = 1_000_003  # held-out seeds / split seed (never used for training tasks)
   eval_greedy: bool = True
+  train_pool_size: int = 0  # procedural only: > 0 trains on that many fixed tasks (toy runs)
   system_prompt: str = agent_lib.DEFAULT_SYSTEM_PROMPT
   verifier_mode: str = "after"  # after | fresh
 

@@ -57,18 +57,25 @@ class _Audited:
 
 
 class ProceduralTasks(_Audited):
-  """Fresh tasks of one seeded family: group i gets seed hash(seed, i); eval instructions excluded."""
+  """Tasks of one seeded family: group i gets seed hash(seed, i); eval instructions excluded.
 
-  def __init__(self, family: str, seed: int, workdir, exclude=(), on_event=None):
+  `pool_size` > 0 cycles through that many fixed tasks instead of fresh ones (group i gets
+  task i mod pool_size; demonstrations come from the same pool): a memorisable toy problem.
+  """
+
+  def __init__(self, family: str, seed: int, workdir, exclude=(), on_event=None, pool_size=0):
     from envs import procedural
 
     super().__init__(pathlib.Path(workdir), seed, on_event)
     procedural.generate(family, 0)  # fails early, naming the known families
     self.family, self.seed, self.exclude = family, seed, set(exclude)
+    self.pool_size = pool_size
     self._gen = functools.partial(procedural.generate, family)
 
   def task_for(self, group_id: int, salt: int = 0):
     """The task of group `group_id` (salt 0: training groups, 1: demonstrations)."""
+    if self.pool_size:
+      group_id, salt = group_id % self.pool_size, 0
     for attempt in range(100):
       task = self._gen(_seed(self.seed, salt, group_id, attempt))
       if task.instruction not in self.exclude:
@@ -138,7 +145,9 @@ def make_task_source(env, seed: int, workdir, on_event=None):
 
     family = env.tasks.split(":", 1)[1]
     evals = [procedural.generate(family, env.eval_seed + i) for i in range(env.eval_tasks)]
-    src = ProceduralTasks(family, seed, workdir, {t.instruction for t in evals}, on_event)
+    src = ProceduralTasks(
+      family, seed, workdir, {t.instruction for t in evals}, on_event, env.train_pool_size
+    )
     return src, evals
   from envs.task import load_tasks
 

@@ -23,7 +23,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.devices = 1
   m = c.model
   m.arch, m.vocab_size, m.d_model, m.n_layers = "qwen3", 260, 128, 3
-  m.n_heads, m.n_kv_heads, m.head_dim, m.d_ff = 4, 4, 32, 384
+  m.n_heads, m.n_kv_heads, m.head_dim, m.d_ff = 8, 8, 16, 384
   m.max_seq_len, m.qk_norm, m.tie_embeddings, m.rope_theta = 384, True, True, 10000.0
   m.attention = "naive"
 
@@ -33,8 +33,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.env.system_prompt = ""
 
   c.agent.max_turns = 2
-  c.agent.max_new_tokens = 96
-  c.agent.max_episode_tokens = 192
+  c.agent.max_new_tokens = 112
+  c.agent.max_episode_tokens = 224
   c.agent.max_context_tokens = 384
   c.agent.exec_timeout_s = 10.0
   c.agent.episode_timeout_s = 60.0
@@ -42,11 +42,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.engine.slots = 32
   c.engine.max_seq_len = 384
 
-  c.sft.steps = 30
-  c.sft.batch_size = 16
-  c.sft.lr = 3e-3
-  c.sft.demos = 96
-  c.sft.log_every = 10
+  c.sft.steps = 200
+  c.sft.batch_size = 32
+  c.sft.lr = 1e-2
+  c.sft.warmup_steps = 20
+  c.sft.demos = 128
+  c.sft.log_every = 25
 
   c.rollout.group_size = 4
   c.rollout.max_concurrency = 8

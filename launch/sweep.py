@@ -24,11 +24,16 @@ import time
 
 from absl import app, flags
 
-_CONFIG = flags.DEFINE_string("config", None, "Config file (configs/*.py), as for launch.train.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Sweep directory; one sub-directory per run.")
-_GRID = flags.DEFINE_multi_string("grid", [], "key=v1,v2,... (a config path and its values).")
-_SET = flags.DEFINE_multi_string("set", [], "key=value applied to every run.")
-_PARALLEL = flags.DEFINE_integer("parallel", 1, "Runs at once.")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  flags.DEFINE_string("config", None, "Config file (configs/*.py), as for launch.train.")
+  flags.DEFINE_string("workdir", None, "Sweep directory; one sub-directory per run.")
+  flags.DEFINE_multi_string("grid", [], "key=v1,v2,... (a config path and its values).")
+  flags.DEFINE_multi_string("set", [], "key=value applied to every run.")
+  flags.DEFINE_integer("parallel", 1, "Runs at once.")
+  flags.mark_flags_as_required(["config", "workdir"])
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
@@ -165,13 +170,13 @@ def _plot(root: pathlib.Path, run_dirs) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  common = dict(kv.split("=", 1) for kv in _SET.value)
-  rows = run_sweep(_CONFIG.value, _WORKDIR.value, parse_grid(_GRID.value), common, _PARALLEL.value)
-  print((pathlib.Path(_WORKDIR.value) / "results.md").read_text())
+  common = dict(kv.split("=", 1) for kv in FLAGS.set)
+  rows = run_sweep(FLAGS.config, FLAGS.workdir, parse_grid(FLAGS.grid), common, FLAGS.parallel)
+  print((pathlib.Path(FLAGS.workdir) / "results.md").read_text())
   if any(r["returncode"] for r in rows):
     sys.exit(1)
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir"])
+  define_flags()
   app.run(main)

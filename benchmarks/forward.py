@@ -29,7 +29,7 @@ flags.DEFINE_integer("seq_len", 512, "tokens per sequence")
 flags.DEFINE_integer("steps", 5, "timed steps (after one warm-up), interleaved with matmuls")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute dtype")
 flags.DEFINE_enum("attention", "chunked", ["chunked", "naive"], "attention implementation")
-flags.DEFINE_integer("attn_chunk", 512, "chunk length of the chunked attention")
+flags.DEFINE_integer("attn_chunk", 128, "chunk length of the chunked attention")
 flags.DEFINE_enum("remat", "none", ["none", "full", "save_dots"], "rematerialisation")
 flags.DEFINE_multi_integer(
   "matmul_sizes", [2048, 4096], "square reference matmuls; the fastest counts"

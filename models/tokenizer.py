@@ -18,6 +18,8 @@ from typing import Any, Protocol
 import jinja2
 import jinja2.sandbox
 
+from models.hf_config import CheckpointError
+
 
 class Tokenizer(Protocol):
   vocab_size: int
@@ -160,8 +162,6 @@ class HFTokenizer:
     """Reads tokenizer.json, tokenizer_config.json, chat_template.jinja, generation_config.json."""
     import tokenizers
 
-    from models.hf import CheckpointError  # the one error type for bad checkpoint folders
-
     path = pathlib.Path(path)
     tok_file = path / "tokenizer.json"
     if not tok_file.is_file():
@@ -213,6 +213,4 @@ def _read_json(file: pathlib.Path) -> dict:
   try:
     return json.loads(file.read_text())
   except json.JSONDecodeError as e:
-    from models.hf import CheckpointError
-
     raise CheckpointError(f"{file}: invalid JSON: {e}") from e

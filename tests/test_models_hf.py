@@ -317,3 +317,28 @@ def test_missing_shard(tmp_path):
 def test_missing_tokenizer(good_dir):
   with pytest.raises(hf.CheckpointError, match=r"tokenizer\.json: missing"):
     hf.load_tokenizer(good_dir)
+
+
+@pytest.mark.parametrize(
+  "change,match",
+  [
+    ({"use_sliding_window": True}, "sliding-window attention is not supported"),
+    ({"mlp_bias": True}, "mlp_bias is not supported"),
+    ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}}, "rope type 'longrope'"),
+    ({"hidden_size": None}, "config.json: missing field 'hidden_size'"),
+  ],
+)
+def test_unsupported_config_fields(change, match):
+  d = hf.config_to_hf(mconfig.tiny("qwen3"))
+  d.update(change)
+  if change.get("hidden_size", 0) is None:
+    del d["hidden_size"]
+  with pytest.raises(hf.CheckpointError, match=match):
+    hf.config_from_hf(d, "config.json")
+
+
+def test_unexpected_tensor(good_dir, tmp_path):
+  _copy(good_dir, tmp_path)
+  _rewrite_tensors(tmp_path, lambda t: {**t, "model.layers.0.mlp.gate_proj.bias": np.zeros(128)})
+  with pytest.raises(hf.CheckpointError, match=r"unexpected tensors for qwen3.*gate_proj\.bias"):
+    hf.load(tmp_path)

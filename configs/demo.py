@@ -66,7 +66,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.loss.advantage = "grpo"
   t.loss.kl = "none"
   t.loss.aggregation = "token-mean"
-  t.optim.lr = 1e-3
+  t.optim.lr = 3e-4
   t.optim.warmup_steps = 0
   t.optim.decay_steps = 40
   t.optim.end_lr_ratio = 0.3

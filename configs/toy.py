@@ -46,5 +46,5 @@ def get_config() -> ml_collections.ConfigDict:
   c.loop.eval_every = 0
   c.loop.checkpoint_every = 4
   c.train.optim.decay_steps = 12
-  c.train.optim.lr = 3e-3
+  c.train.optim.lr = 3e-4
   return c

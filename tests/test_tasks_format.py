@@ -377,3 +377,23 @@ def test_echo_word_family_is_regular():
     )
     assert m, t.instruction
     assert t.solution_script == f"echo {m.group(2)} > {m.group(1)}.txt\n"
+
+
+def test_scripted_agent_command_files(tmp_path):
+  from envs.scripted_agent import ScriptedAgent, load_commands
+
+  text = "# comment\n\necho a \\\n  b\ncat > f.txt <<'EOF'\nline 1\n\nline 2\nEOF\nls\n"
+  (tmp_path / "cmds.sh").write_text(text)
+  assert load_commands(tmp_path / "cmds.sh") == [
+    "echo a \\\n  b",
+    "cat > f.txt <<'EOF'\nline 1\n\nline 2\nEOF",
+    "ls",
+  ]
+  (tmp_path / "cmds.yaml").write_text("- echo 1\n- command: echo 2\n  min_timeout_sec: 3\n")
+  agent = ScriptedAgent.from_file(tmp_path / "cmds.yaml")
+  assert agent.commands == ["echo 1", "echo 2"] and agent.name == "scripted:cmds.yaml"
+  (tmp_path / "cmds.json").write_text('["pwd", {"command": "id"}]')
+  assert load_commands(tmp_path / "cmds.json") == ["pwd", "id"]
+  (tmp_path / "bad.json").write_text("[1]")
+  with pytest.raises(ValueError, match="item 0"):
+    load_commands(tmp_path / "bad.json")

@@ -35,7 +35,9 @@ class PoolConfig:
   domain_weights: tuple[tuple[str, float], ...] = ()  # () = uniform over domains
   n_strata: int = 5
   stratum_weights: tuple[float, ...] = ()  # () = all 1
-  quarantine_path: str | None = None
+  # "auto": the quarantine.json that launch.check_tasks writes by default, i.e. in the folder
+  # above each task folder and the one above that; a path: that file; None: no quarantine.
+  quarantine_path: str | None = "auto"
 
 
 @dataclasses.dataclass
@@ -66,7 +68,7 @@ class TaskPool:
     dropped = set(self.decontamination["excluded"]) if self.decontamination else set()
     self.tasks = {t.id: t for t in tasks if t.id not in dropped}
     self.stats = {tid: _Stat() for tid in self.tasks}
-    self.quarantine = Quarantine(cfg.quarantine_path) if cfg.quarantine_path else None
+    self.quarantines = _quarantines(self.tasks.values(), cfg.quarantine_path)
     self.rng = np.random.default_rng(cfg.seed)
     self.n_sampled = 0
     self._version = 0  # bumped by update(); keys the cached sampling groups
@@ -111,8 +113,11 @@ class TaskPool:
     st.rate = x if st.rate is None else d * st.rate + (1 - d) * x
 
   # ------------------------------------------------------------ sampling
+  def quarantined(self) -> frozenset[str]:
+    return frozenset().union(*(q.ids() for q in self.quarantines))
+
   def active_ids(self) -> list[str]:
-    q = self.quarantine.ids() if self.quarantine else frozenset()
+    q = self.quarantined()
     return [tid for tid in self.tasks if tid not in q]
 
   def _domain_probs(self, by_domain: dict[str, list[str]]) -> tuple[list[str], np.ndarray]:
@@ -131,7 +136,7 @@ class TaskPool:
 
   def _sampling_groups(self):
     """(domain names, their probabilities, {domain: (in-band ids, other ids)}), cached."""
-    q = self.quarantine.ids() if self.quarantine else frozenset()
+    q = self.quarantined()
     key = (q, self._version)
     if key != self._groups_key:
       by_domain: dict[str, list[str]] = {}
@@ -184,6 +189,20 @@ class TaskPool:
       "in_band": sum(self.in_band(t) for t in self.active_ids()),
       "decontamination": self.decontamination,
     }
+
+
+def _quarantines(tasks: Iterable[Task], path: str | None) -> list[Quarantine]:
+  if path is None:
+    return []
+  if path != "auto":
+    return [Quarantine(path)]
+  dirs = set()
+  for t in tasks:
+    src = pathlib.Path(t.source) if t.source else None
+    if src is not None and src.is_dir():
+      src = src.resolve()
+      dirs |= {src.parent, src.parent.parent}
+  return [Quarantine(d / "quarantine.json") for d in sorted(dirs)]
 
 
 # ---------------------------------------------------------------- decontamination

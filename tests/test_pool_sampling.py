@@ -204,3 +204,23 @@ def test_procedural_family_against_itself_is_contaminated():
     train, procedural.sample(5, seed=2, families=["csv_sum"]), n=8, threshold=0.5
   )
   assert rep8["excluded"] == []
+
+
+def test_default_pool_honours_the_gate_quarantine_file(tmp_path):
+  import dataclasses
+
+  suite = tmp_path / "tasks" / "suite"
+  tasks = []
+  for name in ("a", "b"):
+    (suite / name).mkdir(parents=True)
+    tasks.append(dataclasses.replace(mk(f"suite/{name}"), source=str(suite / name)))
+  pool = TaskPool(tasks)  # quarantine_path="auto"
+  assert {pool.sample().id for _ in range(100)} == {"suite/a", "suite/b"}
+  Quarantine(suite / "quarantine.json").add(
+    "suite/a", "gate: no-op passes"
+  )  # check_tasks --tasks=suite
+  assert {pool.sample().id for _ in range(100)} == {"suite/b"}
+  Quarantine(tmp_path / "tasks" / "quarantine.json").add("suite/b", "audit")  # --tasks=tasks
+  with pytest.raises(RuntimeError, match="quarantined"):
+    pool.sample()
+  assert TaskPool(tasks, PoolConfig(quarantine_path=None)).sample().id in ("suite/a", "suite/b")

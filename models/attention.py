@@ -202,8 +202,10 @@ def chunked_attend(q_BTHd, k_BSKd, v_BSKd, q_pos, k_pos, q_seg, k_seg, causal, s
   B, T, H, d = q_BTHd.shape
   S, K = k_BSKd.shape[1], k_BSKd.shape[2]
   G = H // K
-  cq, ck = min(chunk, T), min(chunk, S)
-  nq, nk = -(-T // cq), -(-S // ck)
+  # As few chunks as `chunk` allows, balanced so padding is under one row per chunk
+  # (T=192, chunk=128 -> 2 x 96 rather than 2 x 128 with 64 padded rows).
+  nq, nk = -(-T // chunk), -(-S // chunk)
+  cq, ck = -(-T // nq), -(-S // nk)
   big = jnp.iinfo(jnp.int32).max // 2
   # Padded queries sit before every key and padded keys after every query; both get
   # segment 0, so they neither see nor are seen, and never force a block to run.
@@ -260,7 +262,7 @@ def attend(
       queries may be offset against a cache. A leading dim of 1 is broadcast.
     q_seg_BT, k_seg_BS: optional segment ids (0 = padding), see the module docstring.
     impl: 'chunked' (default, linear memory) or 'naive' (reference).
-    chunk: query and key chunk length of the chunked kernel.
+    chunk: longest query / key chunk of the chunked kernel (chunks are balanced).
     scale: score scale, 1/sqrt(d) by default.
   """
   if q_BTHd.shape[2] % k_BSKd.shape[2]:

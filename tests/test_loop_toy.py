@@ -33,7 +33,7 @@ def test_sync_toy_run_improves(tmp_path):
   summary = experiment.run(exp, str(tmp_path))
   assert summary["step"] == exp.loop.steps
   first, last, _ = _improvement(tmp_path)
-  assert last >= first + 0.25, (first, last)
+  assert last >= first + 0.1, (first, last)
   batches = TrajectoryStore(tmp_path).read_batches()
   assert set(batches.column("staleness").to_pylist()) == {0}  # sync: always on-policy
   assert (tmp_path / "plots" / "pass_rate.png").exists()
@@ -81,7 +81,7 @@ def test_async_toy_run_improves_within_staleness_despite_dead_sandboxes(tmp_path
     killer.join()
   assert summary["step"] == exp.loop.steps
   first, last, _ = _improvement(tmp_path)
-  assert last >= first + 0.25, (first, last)
+  assert last >= first + 0.1, (first, last)
   # The staleness bound is never exceeded, and the run really was asynchronous.
   stal = TrajectoryStore(tmp_path).read_batches().column("staleness").to_pylist()
   assert max(stal) <= 1 and 1 in stal

@@ -9,8 +9,13 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+import pytest
 
 from rl.trajectory_store import TrajectoryStore
+
+# Not yet seen passing on this project's 2-core CI budget (see README, 'Known gaps'):
+# deselected by default; run with `python -m pytest -m unverified tests`.
+pytestmark = pytest.mark.unverified
 
 # A small sync run: 2 groups x 2 samples per step, checkpoints every 2 steps, dynamic sampling
 # on (drops and replacements must also replay identically).

@@ -16,6 +16,10 @@ from rl import experiment
 from rl.telemetry import read_metrics, series
 from rl.trajectory_store import TrajectoryStore
 
+# Not yet seen passing on this project's 2-core CI budget (see README, 'Known gaps'):
+# deselected by default; run with `python -m pytest -m unverified tests`.
+pytestmark = pytest.mark.unverified
+
 
 @pytest.fixture(autouse=True)
 def _compile_cache(tmp_path_factory):

@@ -35,6 +35,7 @@ from rl.buffer import StalenessBuffer
 from rl.checkpoint import Checkpointer
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.loop import LoopConfig, Trainer, _bucket_rows
+from rl.ray_rollout import RayConfig
 from rl.rollout import RolloutConfig, RolloutManager, SandboxEpisodes, evaluate
 from rl.task_sources import PoolTasks, ProceduralTasks, make_task_source  # noqa: F401 (re-exported)
 from rl.telemetry import Telemetry
@@ -85,8 +86,12 @@ class Experiment:
   loop: LoopConfig = LoopConfig()
   env: EnvConfig = EnvConfig()
   engine: EngineConfig = EngineConfig()
+  cluster: str = "local"  # local | ray (rollout workers as Ray actors, rl/ray_rollout.py)
+  ray: RayConfig = RayConfig()
 
   def validate(self) -> None:
+    if self.cluster not in ("local", "ray"):
+      raise ValueError(f"cluster: must be 'local' or 'ray', got {self.cluster!r}")
     a = self.agent
     if a.greedy or a.temperature != 1.0 or a.top_k or a.top_p != 1.0:
       raise ValueError(
@@ -303,6 +308,12 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
     verifier_mode=exp.env.verifier_mode,
   )
   episodes = mk_eps(exp.agent)
+  if exp.cluster == "ray":  # rollout workers as Ray actors; same interface as gen/episodes
+    from rl import ray_rollout
+
+    gen.close()
+    gen = ray_rollout.from_experiment(exp, model_cfg, params)
+    episodes, mk_eps = gen, gen.with_agent
   try:
     if exp.sft.steps and not resuming:
       t0 = time.monotonic()

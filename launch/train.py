@@ -30,6 +30,9 @@ def define_flags() -> None:
     "$JAX_COMPILATION_CACHE_DIR, when set, wins.",
   )
   flags.mark_flags_as_required(["config", "workdir"])
+  from parallel import distributed
+
+  distributed.define_flags()  # --coordinator, --num_processes, --process_id, ... (multi-host)
 
 
 def main(argv):
@@ -39,8 +42,12 @@ def main(argv):
 
   import jax
 
+  from parallel import distributed
   from rl import experiment
 
+  # Joins a multi-host job (flags or AGENTRL_*/JAX_* variables) before any device is used;
+  # a no-op for a single process.
+  distributed.initialize_from_flags_or_env()
   if FLAGS.compilation_cache and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache))
 

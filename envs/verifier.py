@@ -333,7 +333,7 @@ class Verifier:
     else:
       run = (
         f"/usr/bin/python3 -I -m pytest -c {gdir}/pytest.ini --rootdir={tdir} --confcutdir={tdir} "
-        f"-p no:cacheprovider -o junit_suite_name={nonce} --junitxml={ldir}/junit.xml -q -rA {tdir}"
+        f"-p no:cacheprovider -p no:doctest -p no:nose -p no:pastebin -p no:stepwise -o junit_suite_name={nonce} --junitxml={ldir}/junit.xml -q -rA {tdir}"
       )
     # Absolute paths: a task's own PATH (e.g. /app/bin first) must not pick the grader's tools.
     # Strays are killed again after the tests so nothing they started rewrites the report.

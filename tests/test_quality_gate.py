@@ -42,7 +42,7 @@ def make(
 STRICT = "def test_out():\n  assert (WS / 'out.txt').read_text() == 'ok\\n'\n"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def bad_suite(tmp_path_factory):
   root = tmp_path_factory.mktemp("suite") / "bad"
   make(root, "good", STRICT)

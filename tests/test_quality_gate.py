@@ -138,7 +138,12 @@ def test_every_builtin_task_passes_the_gate():
 
 def test_procedural_tasks_pass_the_gate():
   tasks = [procedural.generate(f, seed) for seed, f in enumerate(procedural.FAMILIES)]
-  reports = check_tasks(tasks, GateConfig(k=1, concurrency=2))
+  hacks = (
+    "plant_reward",
+    "conftest_flip",
+    "sabotage_pytest",
+  )  # the full battery runs on the core suite
+  reports = check_tasks(tasks, GateConfig(k=1, hacks=hacks, concurrency=2))
   assert all(r.ok for r in reports), {r.task_id: r.reasons for r in reports if not r.ok}
 
 

@@ -150,10 +150,10 @@ def test_planted_state_is_detected(ts):
 def test_fake_report_daemon_is_killed_before_grading(ts):
   """fake_passed leaves a daemon rewriting report files; after grading it is gone."""
   _episode(ts, HACKS_BY_NAME["fake_passed"].agent(ts.task), None)
-  assert "while :" in ts.sandbox.exec("ps -eo args").stdout
+  assert "fake.xml" in ts.sandbox.exec("ps -eo args").stdout
   res = Verifier(VerifierConfig(fail_on_tamper=False)).grade(ts)
   assert not res.passed and res.suite_ran and res.failure_mode == "none"
-  assert "while :" not in ts.sandbox.exec("ps -eo args").stdout
+  assert "fake.xml" not in ts.sandbox.exec("ps -eo args").stdout
 
 
 def test_hacked_login_profile_cannot_block_grading(ts):

@@ -15,48 +15,42 @@ from envs.sandbox import image as image_lib
 sandbox_image = testing.sandbox_image  # fixture
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-_LIST = """\
-# a comment
-deb [arch=amd64 signed-by=/k/debian.gpg] http://mirror.example/debian bookworm main contrib
-deb http://mirror.example/debian bookworm-updates main
-deb-src http://mirror.example/debian bookworm main
-deb http://mirror.example/debian trixie main
-"""
-_SOURCES = """\
-Types: deb
-URIs: http://sec.example/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By:
- -----BEGIN PGP PUBLIC KEY BLOCK-----
- .
- abc
- -----END PGP PUBLIC KEY BLOCK-----
 
-Types: deb
-URIs: https://other.example/node
-Suites: nodistro
-Components: main
-
-Types: deb
-URIs: http://off.example/debian
-Suites: bookworm
-Components: main
-Enabled: no
-"""
+def _machine_uri() -> str:
+  """A mirror URI from this machine's own apt config (never a hard-coded host)."""
+  for stanza in apt_sources.stanzas_for(apt_sources.host_codename()):
+    for line in stanza.splitlines():
+      if line.startswith("URIs:"):
+        return line.split()[1].rstrip("/")
+  pytest.skip("this machine has no apt sources to build the parser fixture from")
 
 
 def test_apt_sources_from_machine_config(tmp_path):
+  uri = _machine_uri()
+  main, sec, other, off = uri, f"{uri}-security", f"{uri}-other", f"{uri}-off"
+  one_line = (
+    "# a comment\n"
+    f"deb [arch=amd64 signed-by=KEYRING.gpg] {main} bookworm main contrib\n"
+    f"deb {main} bookworm-updates main\n"
+    f"deb-src {main} bookworm main\n"
+    f"deb {main} trixie main\n"
+  )
+  deb822 = (
+    f"Types: deb\nURIs: {sec}\nSuites: bookworm-security\nComponents: main\nSigned-By:\n"
+    " -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n abc\n -----END PGP PUBLIC KEY BLOCK-----\n\n"
+    f"Types: deb\nURIs: {other}\nSuites: nodistro\nComponents: main\n\n"
+    f"Types: deb\nURIs: {off}\nSuites: bookworm\nComponents: main\nEnabled: no\n"
+  )
   (tmp_path / "sources.list.d").mkdir()
-  (tmp_path / "sources.list").write_text(_LIST)
-  (tmp_path / "sources.list.d" / "a.sources").write_text(_SOURCES)
-  (tmp_path / "sources.list.d" / "b.list.disabled").write_text("deb http://x/ bookworm main\n")
+  (tmp_path / "sources.list").write_text(one_line)
+  (tmp_path / "sources.list.d" / "a.sources").write_text(deb822)
+  (tmp_path / "sources.list.d" / "b.list.disabled").write_text(f"deb {off} bookworm main\n")
   got = apt_sources.stanzas_for("bookworm", tmp_path)
   assert got == [
-    "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main contrib\n"
-    "Architectures: amd64\nSigned-By: /k/debian.gpg",
-    "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm-updates\nComponents: main",
-    "Types: deb\nSuites: bookworm-security\nURIs: http://sec.example/debian-security\n"
+    f"Types: deb\nURIs: {main}\nSuites: bookworm\nComponents: main contrib\n"
+    "Architectures: amd64\nSigned-By: KEYRING.gpg",
+    f"Types: deb\nURIs: {main}\nSuites: bookworm-updates\nComponents: main",
+    f"Types: deb\nSuites: bookworm-security\nURIs: {sec}\n"
     "Components: main\nSigned-By: \n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n abc\n"
     " -----END PGP PUBLIC KEY BLOCK-----",
   ]

@@ -1,8 +1,6 @@
 """The agent loop in real bubblewrap sandboxes: token bookkeeping, malformed calls, budgets,
 context elision, rollback, sandbox death, and engine/trainer logprob agreement."""
 
-import os
-import signal
 import threading
 import time
 
@@ -12,6 +10,7 @@ import pytest
 
 from envs import agent
 from envs import sandbox as sandbox_lib
+from envs.sandbox import testing as sandbox_testing
 from envs.sandbox.base import SandboxSpec
 from models.tokenizer import ByteTokenizer
 
@@ -124,31 +123,12 @@ def test_rollback_of_an_action_that_destroys_the_workspace(box):
   assert "rolled back" in TOK.decode(ep.segments[0].tokens)
 
 
-def _descendants(pid):
-  kids = []
-  for p in os.listdir("/proc"):
-    if p.isdigit():
-      try:
-        with open(f"/proc/{p}/stat") as f:
-          ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-      except OSError:
-        continue
-      if ppid == pid:
-        kids += [int(p), *_descendants(int(p))]
-  return kids
-
-
 def test_sandbox_killed_from_the_host_is_an_infra_failure_not_a_crash(box):
   """The sandbox's processes are SIGKILLed from outside while the agent's command runs."""
 
   def killer():  # only processes this test started: bwrap descendants of this process
     time.sleep(1.0)
-    for pid in _descendants(os.getpid()):
-      try:
-        if b"bwrap" in open(f"/proc/{pid}/cmdline", "rb").read():
-          os.kill(pid, signal.SIGKILL)
-      except OSError:
-        pass
+    sandbox_testing.kill_own_bwraps()
 
   t = threading.Thread(target=killer)
   t.start()

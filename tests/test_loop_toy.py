@@ -3,8 +3,6 @@ improve the reward; the staleness bound holds; malformed tool calls and sandboxe
 the host mid-episode do not stop training."""
 
 import json
-import os
-import signal
 import threading
 
 import jax
@@ -12,6 +10,7 @@ import numpy as np
 import pytest
 
 from configs import toy
+from envs.sandbox import testing as sandbox_testing
 from rl import experiment
 from rl.telemetry import read_metrics, series
 from rl.trajectory_store import TrajectoryStore
@@ -43,31 +42,10 @@ def test_sync_toy_run_improves(tmp_path):
   assert (tmp_path / "plots" / "pass_rate.png").exists()
 
 
-def _descendants(pid):
-  out = []
-  for p in os.listdir("/proc"):
-    if p.isdigit():
-      try:
-        with open(f"/proc/{p}/stat") as f:
-          ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-      except OSError:
-        continue
-      if ppid == pid:
-        out += [int(p), *_descendants(int(p))]
-  return out
-
-
 def _kill_sandboxes(stop: threading.Event, killed: list, every_s=4.0, max_kills=3):
   """SIGKILLs a running sandbox (a bwrap process this test started) now and then."""
   while not stop.wait(every_s) and len(killed) < max_kills:
-    for pid in _descendants(os.getpid()):
-      try:
-        if b"bwrap" in open(f"/proc/{pid}/cmdline", "rb").read():
-          os.kill(pid, signal.SIGKILL)
-          killed.append(pid)
-          break
-      except OSError:
-        pass
+    killed += sandbox_testing.kill_own_bwraps(limit=1)
 
 
 def test_async_toy_run_improves_within_staleness_despite_dead_sandboxes(tmp_path):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from envs import agent, procedural
-from envs.sandbox.testing import _descendants, sandbox_image  # noqa: F401
+from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
 from models import config as mcfg
 from models import transformer
 from models.tokenizer import ByteTokenizer
@@ -133,7 +133,7 @@ def test_every_ray_process_listens_on_loopback_only(fleet):
   assert fleet.ray.util.get_node_ip_address() == "127.0.0.1"
   gcs = fleet.ray.get_runtime_context().gcs_address
   assert gcs.startswith("127.0.0.1:"), gcs
-  pids = _descendants(os.getpid()) | {os.getpid()}
+  pids = descendants(os.getpid()) | {os.getpid()}
   found = _listeners(pids)
   assert len(found) >= 4, found  # GCS, raylet, workers: the check looked at Ray's servers
   bad = [(h, p) for h, p in found if not _is_loopback(h)]

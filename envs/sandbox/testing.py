@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import signal
 import socket
 import threading
 
@@ -63,7 +64,8 @@ def make(backend: str, **spec_fields) -> sandbox_lib.Sandbox:
 # --- leak probes ------------------------------------------------------------------------------
 
 
-def _descendants(root: int) -> set[int]:
+def descendants(root: int) -> set[int]:
+  """Every process below `root` (its whole tree, read from /proc)."""
   kids: dict[int, list[int]] = {}
   for d in pathlib.Path("/proc").iterdir():
     if d.name.isdigit():
@@ -79,6 +81,21 @@ def _descendants(root: int) -> set[int]:
         out.add(k)
         todo.append(k)
   return out
+
+
+def kill_own_bwraps(limit: int | None = None) -> list[int]:
+  """SIGKILLs bwrap processes this process started (a sandbox dying under the host loop)."""
+  killed = []
+  for pid in sorted(descendants(os.getpid())):
+    if limit is not None and len(killed) >= limit:
+      break
+    try:
+      if b"bwrap" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+    except OSError:
+      pass
+  return killed
 
 
 def _in_our_cgroups(tag: str) -> set[int]:
@@ -111,7 +128,7 @@ def leak_probe() -> dict[str, object]:
   tag = common.owner_tag()
   me = os.getpid()
   threads = {int(t.name) for t in pathlib.Path("/proc/self/task").iterdir()}
-  procs = (_descendants(me) | _in_our_cgroups(tag)) - threads - {me}
+  procs = (descendants(me) | _in_our_cgroups(tag)) - threads - {me}
   support = cgroups.detect()
   parents = [p for _, p in support.v1_parents] + (
     [support.track_parent] if support.track_parent else []

@@ -261,7 +261,9 @@ def attend(
     q_pos_BT, k_pos_BS: integer positions; causality compares them (not indices), so
       queries may be offset against a cache. A leading dim of 1 is broadcast.
     q_seg_BT, k_seg_BS: optional segment ids (0 = padding), see the module docstring.
-    impl: 'chunked' (default, linear memory) or 'naive' (reference).
+    impl: 'chunked' (default, linear memory), 'naive' (reference), or 'ring', which is a
+      model-level choice (`transformer.apply` runs parallel.ring_attention over the mesh's
+      `sequence` axis) and here, for a cache or without such a mesh, means 'chunked'.
     chunk: longest query / key chunk of the chunked kernel (chunks are balanced).
     scale: score scale, 1/sqrt(d) by default.
   """
@@ -274,6 +276,6 @@ def attend(
   args = [jnp.broadcast_to(a, (B, n)) for a, n in zip(args, (T, S, T, S), strict=True)]
   if impl == "naive":
     return naive_attend(q_BTHd, k_BSKd, v_BSKd, *args, causal, scale)
-  if impl == "chunked":
+  if impl in ("chunked", "ring"):
     return chunked_attend(q_BTHd, k_BSKd, v_BSKd, *args, causal, scale, chunk)
-  raise ValueError(f"attention impl {impl!r} not in ('chunked', 'naive')")
+  raise ValueError(f"attention impl {impl!r} not in ('chunked', 'naive', 'ring')")

@@ -13,7 +13,9 @@ ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral")
 ROPE_KINDS = ("none", "linear", "dynamic", "yarn", "llama3")
 DTYPES = ("float32", "bfloat16")
 REMATS = ("none", "full", "save_dots")
-ATTENTIONS = ("chunked", "naive")
+# "ring": sequence-parallel ring attention over the mesh's `sequence` axis when the active mesh
+# has sequence > 1 (parallel/ring_attention.py); chunked attention otherwise and when decoding.
+ATTENTIONS = ("chunked", "naive", "ring")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +74,8 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype
   param_dtype: str = "float32"
   remat: str = "none"
-  attention: str = "chunked"
-  attn_chunk: int = 128  # query and key chunk of the chunked attention (CPU sweet spot)
+  attention: str = "chunked"  # chunked | naive | ring (see ATTENTIONS)
+  attn_chunk: int = 128  # query and key chunk of the chunked / ring attention (CPU sweet spot)
 
   def __post_init__(self):
     checks = (

@@ -21,7 +21,8 @@ from models import moe, rope
 from models.attention import attend
 from models.config import ModelConfig
 from models.layers import dense, dtype_of, rms_norm, swiglu
-from parallel.rules import constrain
+from parallel import ring_attention
+from parallel.rules import constrain, current_mesh
 
 _ACT_BTD = ("batch", "length", "act_embed")
 
@@ -185,6 +186,31 @@ def _remat(fn, kind: str):
   return jax.checkpoint(fn, policy=policy, prevent_cse=False)
 
 
+def _ring_layout(tokens_BT, positions_BT, segment_ids_BT, n: int, chunk: int):
+  """Pads rows for an n-device ring and permutes them into its zig-zag order.
+
+  Each of the 2n zig-zag chunks becomes c rows of `chunk`-balanced length (padding < 2n * k
+  tokens for k key chunks per half block); padded tokens get segment 0 and are never seen.
+  Returns (tokens, positions, segment ids, key chunk) in zig-zag order.
+  """
+  T = tokens_BT.shape[1]
+  half = -(-T // (2 * n))
+  k = -(-half // chunk)
+  c = -(-half // k)
+  extra = 2 * n * k * c - T
+  if segment_ids_BT is None:
+    segment_ids_BT = jnp.ones_like(tokens_BT, jnp.int32)
+  pad = lambda a, **kw: jnp.pad(a, ((0, 0), (0, extra)), **kw)
+  padded = (pad(tokens_BT), pad(positions_BT, mode="edge"), pad(segment_ids_BT))
+  return (*(ring_attention.to_zigzag(a, n) for a in padded), c)
+
+
+def _ring_mesh(cfg: ModelConfig):
+  """The active mesh if cfg asks for ring attention and the mesh has sequence > 1."""
+  mesh = current_mesh() if cfg.attention == "ring" else None
+  return mesh if mesh is not None and mesh.shape.get("sequence", 1) > 1 else None
+
+
 def apply(
   params, tokens_BT, cfg: ModelConfig, *, positions_BT=None, segment_ids_BT=None, return_aux=False
 ):
@@ -197,19 +223,31 @@ def apply(
       id 0 marks padding (ignored by attention and by the MoE balance loss).
     return_aux: also return {'moe_aux_loss': HF's load-balancing loss (unscaled by
       cfg.router_aux_coef; 0 for dense models)}.
+
+  With cfg.attention == 'ring' under a mesh whose `sequence` axis is > 1, the rows are padded
+  and permuted into the ring's zig-zag layout once, every layer attends with
+  `parallel.ring_attention`, and the hidden states are permuted back before the LM head:
+  inputs and outputs stay in natural order. Without such a mesh 'ring' is chunked attention.
   """
   B, T = tokens_BT.shape
   if positions_BT is None:
     positions_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
-  valid_BT = None if segment_ids_BT is None else segment_ids_BT != 0
-
-  def body(carry, lp):
-    x_BTD, stats = carry
-    q, k, v = layer_qkv(lp, x_BTD, positions_BT, cfg)
-    attn = attend(
-      q,
-      k,
-      v,
+  mesh = _ring_mesh(cfg)
+  if mesh is not None:
+    n = mesh.shape["sequence"]
+    tokens_BT, positions_BT, segment_ids_BT, chunk = _ring_layout(
+      tokens_BT, positions_BT, segment_ids_BT, n, cfg.attn_chunk
+    )
+    attn_fn = functools.partial(
+      ring_attention.ring_attention,
+      mesh=mesh,
+      positions_BT=positions_BT,
+      segment_ids_BT=segment_ids_BT,
+      chunk=chunk,
+    )
+  else:
+    attn_fn = functools.partial(
+      attend,
       q_pos_BT=positions_BT,
       k_pos_BS=positions_BT,
       q_seg_BT=segment_ids_BT,
@@ -217,13 +255,20 @@ def apply(
       impl=cfg.attention,
       chunk=cfg.attn_chunk,
     )
-    attn = constrain(attn, ("batch", "length", "heads", "head_dim"))
+  valid_BT = None if segment_ids_BT is None else segment_ids_BT != 0
+
+  def body(carry, lp):
+    x_BTD, stats = carry
+    q, k, v = layer_qkv(lp, x_BTD, positions_BT, cfg)
+    attn = constrain(attn_fn(q, k, v), ("batch", "length", "heads", "head_dim"))
     x_BTD, layer_stats = _finish(lp, x_BTD, attn, cfg, valid_BT)
     return (x_BTD, stats + layer_stats), None
 
   stats0 = jnp.zeros((3, cfg.n_experts if cfg.is_moe else 1), jnp.float32)
   x_BTD = embed(params, tokens_BT, cfg)
   (x_BTD, stats), _ = jax.lax.scan(_remat(body, cfg.remat), (x_BTD, stats0), params["layers"])
+  if mesh is not None:
+    x_BTD = constrain(ring_attention.from_zigzag(x_BTD, n)[:, :T], _ACT_BTD)
   logits_BTV = unembed(params, x_BTD, cfg)
   if not return_aux:
     return logits_BTV

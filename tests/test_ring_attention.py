@@ -1,8 +1,9 @@
 """Ring attention (parallel.ring_attention) against full attention on 8 fake devices.
 
 References: a float64 NumPy loop (forward), `models.attention` naive attention and its
-autodiff (gradients), a hand-computed case, and the whole transformer run in zig-zag
-layout with ring attention against `transformer.apply`.
+autodiff (gradients), a hand-computed case, the whole transformer run in zig-zag layout
+with ring attention against `transformer.apply`, and `ModelConfig(attention="ring")` on a
+sequence mesh (logits and loss gradient) against attention="naive" on one device.
 """
 
 from __future__ import annotations
@@ -205,3 +206,84 @@ def test_bad_inputs_name_the_cause():
     ra.ring_attention(q, k, v, mesh=make_mesh(MeshConfig(sequence=8, fsdp=1)))
   with pytest.raises(ValueError, match="'sequence' axis"):
     ra.ring_attention(q, k, v, mesh=jax.make_mesh((8,), ("data",)))
+
+
+# ------------------------------------------------------------------------- in the model
+
+
+def _ce_loss(params, tokens, pos, seg, cfg):
+  """Mean next-token cross-entropy over tokens whose successor is in the same segment."""
+  logits = transformer.apply(params, tokens, cfg, positions_BT=pos, segment_ids_BT=seg)
+  logp = jax.nn.log_softmax(logits[:, :-1], axis=-1)
+  nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+  w = ((seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] != 0)).astype(jnp.float32)
+  return jnp.sum(nll * w) / jnp.sum(w), logits
+
+
+def _packed_rows(b, t, cuts, seed):
+  """Tokens plus packed positions/segments: row r holds segments [cuts[r][i], cuts[r][i+1])."""
+  tokens = np.random.default_rng(seed).integers(0, 64, (b, t)).astype(np.int32)
+  pos, seg = np.zeros((b, t), np.int32), np.zeros((b, t), np.int32)
+  for row, c in enumerate(cuts):
+    for s, (lo, hi) in enumerate(zip(c[:-1], c[1:], strict=False)):
+      seg[row, lo:hi], pos[row, lo:hi] = s + 1, np.arange(hi - lo)
+  return tokens, pos, seg
+
+
+@pytest.mark.parametrize(
+  "mesh_sizes, t, cuts",
+  [
+    (dict(sequence=8, fsdp=1), 64, [(0, 64), (0, 64)]),
+    (dict(data=2, sequence=4, fsdp=1), 50, [(0, 20, 41, 47), (0, 33, 50)]),
+  ],
+  ids=["seq8-plain64", "data2-seq4-packed50-padded"],
+)
+def test_model_attention_ring_equals_naive_on_one_device(mesh_sizes, t, cuts):
+  """ModelConfig(attention='ring') on a sequence mesh: same logits and loss gradient as
+  attention='naive' on one device (50 tokens also exercise the ring's padding)."""
+  from parallel.rules import use_mesh_rules
+
+  base = tiny("qwen3", vocab_size=64, d_model=32, d_ff=64, head_dim=8, attn_chunk=2)
+  params = transformer.init(base, jax.random.key(0))
+  tokens, pos, seg = _packed_rows(2, t, cuts, seed=t)
+  grad_fn = jax.value_and_grad(_ce_loss, has_aux=True)
+  run = jax.jit(grad_fn, static_argnums=4)
+  (want_loss, want_logits), want_grads = run(
+    params, tokens, pos, seg, base.replace(attention="naive")
+  )
+
+  ring = base.replace(attention="ring")
+  mesh = make_mesh(MeshConfig(**mesh_sizes))
+  with use_mesh_rules(mesh):
+    assert "ppermute" in str(
+      jax.make_jaxpr(grad_fn, static_argnums=4)(params, tokens, pos, seg, ring)
+    )
+    (loss, logits), grads = run(params, tokens, pos, seg, ring)
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(want_logits), **TOL)
+  np.testing.assert_allclose(float(loss), float(want_loss), **TOL)
+  jax.tree_util.tree_map_with_path(
+    lambda p, g, w: np.testing.assert_allclose(g, w, **TOL, err_msg=jax.tree_util.keystr(p)),
+    grads,
+    want_grads,
+  )
+  assert float(jnp.max(jnp.abs(want_grads["embed"]))) > 1e-4  # the gradient is not trivially 0
+
+
+def test_model_attention_ring_without_sequence_mesh_is_chunked():
+  """No mesh, or sequence=1: 'ring' runs the chunked kernel (same function, no collectives)."""
+  from parallel.rules import use_mesh_rules
+
+  cfg = tiny("qwen3", vocab_size=64, d_model=32, d_ff=64, head_dim=8, attn_chunk=4)
+  params = transformer.init(cfg, jax.random.key(1))
+  tokens = np.random.default_rng(1).integers(0, 64, (2, 24)).astype(np.int32)
+  ring = cfg.replace(attention="ring")
+  want = transformer.apply(params, tokens, cfg.replace(attention="naive"))
+  for mesh in (None, make_mesh(MeshConfig(data=2, fsdp=4))):
+    with use_mesh_rules(mesh):
+      assert "ppermute" not in str(
+        jax.make_jaxpr(transformer.apply, static_argnums=2)(params, tokens, ring)
+      )
+      got = jax.jit(transformer.apply, static_argnums=2)(params, tokens, ring)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), **TOL)
+  with pytest.raises(ValueError, match="attention 'flash' not in"):
+    cfg.replace(attention="flash")

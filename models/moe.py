@@ -2,9 +2,11 @@
 
 Routing follows Hugging Face (Mixtral / Qwen3-MoE): softmax over the router logits in
 fp32, keep the top k, optionally renormalise them to sum to one. Tokens are sorted by
-expert and run through `jax.lax.ragged_dot` (grouped matmul, no capacity, no drops), then
-scattered back weighted by their gate. The load-balancing statistics are returned so the
-caller can form HF's auxiliary loss over all layers.
+expert and run through `expert_ffn` (grouped matmuls with `jax.lax.ragged_dot`: no
+capacity, no drops), then scattered back weighted by their gate. When a mesh with an
+`expert` axis larger than 1 is active, `parallel.expert.dispatch` runs the same `expert_ffn`
+with the experts split over that axis instead. The load-balancing statistics are returned
+so the caller can form HF's auxiliary loss over all layers.
 
 Legend: B batch, T tokens, N = B*T, D d_model, F moe_d_ff, E experts, k experts per token.
 """
@@ -15,7 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from models.config import ModelConfig
+from parallel import expert
 from parallel.rules import constrain
+
+EXPERT_WEIGHTS = ("we_gate", "we_up", "we_down")
 
 
 def route(x_ND, w_router_DE, top_k: int, norm_topk: bool):
@@ -45,24 +50,41 @@ def aux_loss(stats_3E):
   return counts_E.shape[0] * jnp.sum((counts_E / n) * (prob_E / n))
 
 
+def expert_ffn(xs_MD, w, sizes_E):
+  """Grouped SwiGLU of rows sorted by expert; w: we_gate/we_up [E,D,F], we_down [E,F,D]."""
+  dt = xs_MD.dtype
+  g_MF = jax.lax.ragged_dot(xs_MD, w["we_gate"].astype(dt), sizes_E)
+  u_MF = jax.lax.ragged_dot(xs_MD, w["we_up"].astype(dt), sizes_E)
+  return jax.lax.ragged_dot(jax.nn.silu(g_MF) * u_MF, w["we_down"].astype(dt), sizes_E)
+
+
+def combine_experts(x_ND, gates_Nk, experts_Nk, w, n_experts: int):
+  """sum_j gates[:, j] * expert_{experts[:, j]}(x) with every expert on this device."""
+  k = experts_Nk.shape[-1]
+  flat_M = experts_Nk.reshape(-1)  # M = N * k assignments
+  order_M = jnp.argsort(flat_M, stable=True)
+  token_M = order_M // k
+  sizes_E = jnp.bincount(flat_M, length=n_experts).astype(jnp.int32)
+  y_MD = expert_ffn(jnp.take(x_ND, token_M, axis=0), w, sizes_E)
+  y_MD = y_MD * jnp.take(gates_Nk.reshape(-1), order_M)[:, None]
+  return jnp.zeros_like(x_ND).at[token_M].add(y_MD)
+
+
 def moe_mlp(x_BTD, lp, cfg: ModelConfig, valid_BT=None):
-  """Returns (y_BTD, stats_3E). `lp` holds router [D,E], we_gate/we_up [E,D,F], we_down [E,F,D]."""
+  """Returns (y_BTD, stats_3E). `lp` holds router [D,E], we_gate/we_up [E,D,F], we_down [E,F,D].
+
+  Expert-parallel (`parallel.expert.dispatch`) when the active mesh has expert > 1.
+  """
   B, T, D = x_BTD.shape
-  k, dt = cfg.n_experts_per_tok, x_BTD.dtype
+  k = cfg.n_experts_per_tok
   x_ND = x_BTD.reshape(B * T, D)
   gates_Nk, experts_Nk, probs_NE = route(x_ND, lp["router"], k, cfg.norm_topk_prob)
   valid_N = jnp.ones((B * T,), bool) if valid_BT is None else valid_BT.reshape(B * T)
   stats = balance_stats(experts_Nk, probs_NE, valid_N)
-
-  flat_M = experts_Nk.reshape(-1)  # M = N * k assignments
-  order_M = jnp.argsort(flat_M, stable=True)
-  token_M = order_M // k
-  sizes_E = jnp.bincount(flat_M, length=cfg.n_experts).astype(jnp.int32)
-  xs_MD = jnp.take(x_ND, token_M, axis=0)
-  g_MF = jax.lax.ragged_dot(xs_MD, lp["we_gate"].astype(dt), sizes_E)
-  u_MF = jax.lax.ragged_dot(xs_MD, lp["we_up"].astype(dt), sizes_E)
-  h_MF = jax.nn.silu(g_MF) * u_MF
-  y_MD = jax.lax.ragged_dot(h_MF, lp["we_down"].astype(dt), sizes_E)
-  y_MD = y_MD * jnp.take(gates_Nk.reshape(-1), order_M)[:, None]
-  y_ND = jnp.zeros_like(x_ND).at[token_M].add(y_MD)
-  return constrain(y_ND.reshape(B, T, D), ("batch", "length", "act_embed")), stats
+  w = {name: lp[name] for name in EXPERT_WEIGHTS}
+  if expert.active():
+    gates_BTk, experts_BTk = gates_Nk.reshape(B, T, k), experts_Nk.reshape(B, T, k)
+    y_BTD = expert.dispatch(x_BTD, gates_BTk, experts_BTk, w, expert_ffn)
+  else:
+    y_BTD = combine_experts(x_ND, gates_Nk, experts_Nk, w, cfg.n_experts).reshape(B, T, D)
+  return constrain(y_BTD, ("batch", "length", "act_embed")), stats

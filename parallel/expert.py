@@ -11,8 +11,9 @@ equals the single-device MoE up to float summation order. An all-to-all dispatch
 bytes but needs a capacity (static shapes) and then drops tokens, which would break that
 equality; at the sizes this project trains the gather costs little.
 
-The model keeps the router, the routing and the expert math (models/moe.py); this module
-owns only the collective layout, so the two cannot drift apart.
+The model keeps the router, the routing and the expert math (models/moe.py: `moe_mlp`
+calls `dispatch` with `expert_ffn` whenever `active()`); this module owns only the
+collective layout, so the two cannot drift apart.
 """
 
 from __future__ import annotations

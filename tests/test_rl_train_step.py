@@ -94,12 +94,23 @@ def test_sharded_step_equals_single_device_compiles_once_and_is_deterministic():
   assert step._cache_size() == 1
 
 
-def test_moe_expert_parallel_step_equals_single_device():
-  cfg = TrainConfig(optim=OPT)
+@functools.lru_cache
+def _moe_reference():
+  """The 1-device GRPO step of MOE: (batch, state, metrics, losses, step)."""
   batch = batch_of(trajectories(seed=1))
-  ref_state, ref_m, ref_losses, _ = run_steps(MOE, cfg, single_device_mesh(), batch, n=1)
-  cfg8 = dataclasses.replace(cfg, mesh=MeshConfig(data=2, fsdp=1, expert=4))
-  state, m, losses, _ = run_steps(MOE, cfg8, make_mesh(cfg8.mesh), batch, n=1)
+  return (batch, *run_steps(MOE, TrainConfig(optim=OPT), single_device_mesh(), batch, n=1))
+
+
+@pytest.mark.parametrize(
+  "mesh_cfg", [MeshConfig(data=2, fsdp=1, expert=4), MeshConfig(fsdp=2, expert=4)]
+)
+def test_moe_expert_parallel_step_equals_single_device(mesh_cfg):
+  batch, ref_state, ref_m, ref_losses, ref_step = _moe_reference()
+  cfg8 = TrainConfig(optim=OPT, mesh=mesh_cfg)
+  state, m, losses, step = run_steps(MOE, cfg8, make_mesh(cfg8.mesh), batch, n=1)
+  # The MoE layers run through parallel.expert.dispatch (shard_map) only on the expert mesh.
+  assert "shard_map" in str(step.trace(state, batch).jaxpr)
+  assert "shard_map" not in str(ref_step.trace(ref_state, batch).jaxpr)
   assert state.params["layers"]["we_up"].sharding.spec[1] == "expert"
   assert float(m["moe_aux_loss"]) > 0
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)

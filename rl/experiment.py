@@ -312,7 +312,7 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
     from rl import ray_rollout
 
     gen.close()
-    gen = ray_rollout.from_experiment(exp, model_cfg, params)
+    gen = ray_rollout.from_experiment(exp, model_cfg, params, on_event=tel.event)
     episodes, mk_eps = gen, gen.with_agent
   try:
     if exp.sft.steps and not resuming:

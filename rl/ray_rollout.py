@@ -5,9 +5,10 @@ policy=None) -> Outcome` (rl.rollout.SandboxEpisodes, called by RolloutManager's
 `generator.load_params(params, version)` (called by the Trainer after each update).
 `RolloutFleet` is both, so the trainer code does not change:
 
-  fleet = RolloutFleet(RayConfig(...), WorkerSpec(...), params)
+  fleet = RolloutFleet(RayConfig(...), WorkerSpec(...), params, on_event=telemetry.event)
   out = fleet(task, "g0000001-s00", seed)     # runs on the least-loaded live worker
   fleet.load_params(params, version=3)        # one ray.put, every worker loads the same ref
+  fleet.stats()                               # the workers' engine statistics, summed
 
 Each `RolloutWorker` actor holds an engine replica (models.engine + models.generator) and runs
 episodes in its own sandboxes (rl.rollout.SandboxEpisodes: bwrap/Docker + verifier), several at
@@ -16,7 +17,10 @@ once (a threaded actor). Back-pressure: a request waits until some live worker h
 (tasks are never retried by Ray, so nothing runs twice behind our back); the fleet replaces the
 actor (with the latest weights) and re-runs the episode on another worker, up to
 `max_episode_attempts`; after that the episode comes back as an infrastructure failure, which
-the RolloutManager retries or masks (never reward 0). Every attempt is logged by trajectory id.
+the RolloutManager retries or masks (never reward 0). Every attempt is logged by trajectory id
+(`fleet.attempts`); worker deaths, retried episodes, replacements and each weight broadcast
+(with the version every worker reports back) also go to `on_event` (the run's events.jsonl).
+Workers are placed with Ray's SPREAD strategy: across the nodes of a cluster.
 
 A local cluster (`address="local"`) binds every Ray process (GCS, raylet, workers, object
 manager) to 127.0.0.1 only: Ray's single-machine mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read
@@ -122,6 +126,9 @@ class RolloutWorker:
     self.gen.load_params(params, version)
     return self.version()
 
+  def engine_stats(self) -> dict:
+    return self.gen.stats()
+
   def run(self, task, trajectory_id: str, seed: int, policy=None, agent_cfg=None):
     """One episode; returns (Outcome, worker name, policy version at the start)."""
     acfg = agent_cfg or self.spec.agent_cfg
@@ -185,16 +192,19 @@ class _Slot:
 class RolloutFleet:
   """Driver side: places workers, dispatches episodes, broadcasts weights, recovers."""
 
-  def __init__(self, cfg: RayConfig, spec: WorkerSpec, params, version: int = 0):
+  def __init__(self, cfg: RayConfig, spec: WorkerSpec, params, version: int = 0, on_event=None):
     self.cfg, self.spec = cfg, spec
+    self.on_event = on_event or (lambda kind, **kw: None)
     self.ray = init_ray(cfg)
     self._actor_cls = self.ray.remote(RolloutWorker).options(
       num_cpus=cfg.worker_num_cpus,
+      scheduling_strategy="SPREAD",  # one worker per node before two on any node
       max_restarts=0,
       max_task_retries=0,
       max_concurrency=cfg.max_inflight_per_worker + 4,  # + control calls (load_params, running)
     )
     self._cond = threading.Condition()
+    self._closed = False
     self.version = version
     self._params_ref = self.ray.put(jax.device_get(params))
     self.restarts = 0
@@ -208,23 +218,29 @@ class RolloutFleet:
 
   # -- workers ------------------------------------------------------------------------------
   def _start(self, slot: _Slot) -> None:
-    """(Re)creates the slot's actor with the latest weights; ready once its engine is built."""
+    """(Re)creates the slot's actor with the latest weights; ready once its engine is built and
+    it serves the fleet's current version (a broadcast while it was starting is caught up)."""
     slot.generation += 1
     slot.name = f"worker{slot.index}.{slot.generation}"
     slot.ready = False
     slot.actor = self._actor_cls.remote(slot.name, self.spec, self._params_ref, self.version)
-    ping, gen = slot.actor.ready.remote(), slot.generation
+    ping, gen, actor = slot.actor.ready.remote(), slot.generation, slot.actor
 
     def wait():
       try:
-        self.ray.get(ping)
+        served = self.ray.get(ping)["version"]
+        while True:
+          with self._cond:
+            if slot.generation != gen:
+              return
+            if served == self.version:  # load_params targets ready slots: none is missed
+              slot.ready = True
+              self._cond.notify_all()
+              return
+            ref, version = self._params_ref, self.version
+          served = self.ray.get(actor.load_params.remote(ref, version))
       except Exception:  # noqa: BLE001 -- died while starting: _worker_died decides
         self._worker_died(slot, gen)
-        return
-      with self._cond:
-        if slot.generation == gen:
-          slot.ready = True
-          self._cond.notify_all()
 
     threading.Thread(target=wait, name=f"ray-{slot.name}-ready", daemon=True).start()
 
@@ -233,7 +249,7 @@ class RolloutFleet:
     done = lambda: all(s.ready or s.actor is None for s in self.slots)
     with self._cond:
       if not self._cond.wait_for(done, timeout_s):
-        raise TimeoutError(f"ray_rollout: workers not ready in {timeout_s}s: {self.stats()}")
+        raise TimeoutError(f"ray_rollout: workers not ready in {timeout_s}s: {self._fleet()}")
       if any(s.actor is None for s in self.slots):
         raise RuntimeError(
           f"ray_rollout: workers failed to start {self.restarts} times (see the Ray worker logs)"
@@ -244,22 +260,29 @@ class RolloutFleet:
       if slot.generation != generation:
         return  # already replaced
       slot.ready = False
+      rec = dict(worker=slot.name, restarts=self.restarts)
       if self.restarts >= self.cfg.max_worker_restarts:
         slot.actor = None
         self._cond.notify_all()
-        return
-      self.restarts += 1
-      self.ray.kill(slot.actor, no_restart=True)  # a half-dead actor must not run anything
-      self._start(slot)
+      else:
+        self.restarts += 1
+        self.ray.kill(slot.actor, no_restart=True)  # a half-dead actor must not run anything
+        self._start(slot)
+        rec.update(by=slot.name, restarts=self.restarts)
+    self.on_event("ray_worker_replaced" if "by" in rec else "ray_worker_lost", **rec)
 
   # -- dispatch -----------------------------------------------------------------------------
-  def _acquire(self, trajectory_id: str) -> tuple[_Slot, int]:
-    """Waits for a live worker with a free episode slot (back-pressure); registers the episode."""
+  def _acquire(self, trajectory_id: str) -> tuple[_Slot | None, int]:
+    """Waits for a live worker with a free episode slot (back-pressure); registers the episode.
+
+    Returns (None, 0) once the fleet is closed."""
     with self._cond:
       free = lambda: [
         s for s in self.slots if s.ready and len(s.running) < self.cfg.max_inflight_per_worker
       ]
       while not free():
+        if self._closed:
+          return None, 0
         if all(s.actor is None for s in self.slots):
           raise RuntimeError("ray_rollout: every worker died and the restart budget is spent")
         self._cond.wait(1.0)
@@ -285,18 +308,25 @@ class RolloutFleet:
     try:
       for attempt in range(self.cfg.max_episode_attempts):
         slot, gen = self._acquire(trajectory_id)
+        if slot is None:
+          return self._infra_outcome(trajectory_id, errors, t0, closed=True)
         rec = dict(trajectory_id=trajectory_id, attempt=attempt, worker=slot.name)
         try:
           ref = slot.actor.run.remote(task, trajectory_id, seed, policy, agent_cfg)
           out, name, version = self.ray.get(ref)
         except RayActorError as e:
           self._release(slot, trajectory_id)
+          if self._closed:  # close() killed it: the run is over, this is no worker failure
+            return self._infra_outcome(trajectory_id, errors, t0, closed=True)
           self._worker_died(slot, gen)
           errors.append(f"{rec['worker']}: {type(e).__name__}")
           self._log(rec, status="worker_died")
+          self.on_event("ray_worker_died", **rec)
           continue
         self._release(slot, trajectory_id)
         self._log(rec, status="ok", version=version)
+        if attempt:
+          self.on_event("ray_episode_retried", **rec, version=version)
         return out
       return self._infra_outcome(trajectory_id, errors, t0)
     finally:
@@ -309,10 +339,12 @@ class RolloutFleet:
       self.attempts.append({**rec, **kw})
 
   @staticmethod
-  def _infra_outcome(trajectory_id: str, errors: list[str], t0: float):
+  def _infra_outcome(trajectory_id: str, errors: list[str], t0: float, closed: bool = False):
     from rl.rollout import Outcome
 
     msg = f"RayWorkerDied: {len(errors)} attempts failed ({'; '.join(errors)})"
+    if closed:
+      msg = f"RolloutFleet closed during the episode (earlier attempts: {errors})"
     ep = agent_lib.Episode(
       trajectory_id, [agent_lib.Segment()], [], "infra", msg, duration_s=time.monotonic() - t0
     )
@@ -342,11 +374,13 @@ class RolloutFleet:
       targets = [(s, s.generation) for s in self.slots if s.ready]
     from ray.exceptions import RayActorError
 
+    served = {}
     for slot, gen in targets:
       try:
-        self.ray.get(slot.actor.load_params.remote(ref, int(version)))
+        served[slot.name] = self.ray.get(slot.actor.load_params.remote(ref, int(version)))
       except RayActorError:
         self._worker_died(slot, gen)
+    self.on_event("ray_weights", version=int(version), workers=served)
 
   def _ask(self, method: str) -> dict:
     with self._cond:
@@ -362,7 +396,7 @@ class RolloutFleet:
     """Episodes each live worker is executing right now (asked of the workers)."""
     return self._ask("running")
 
-  def stats(self) -> dict:
+  def _fleet(self) -> dict:
     with self._cond:
       return {
         "version": self.version,
@@ -370,9 +404,26 @@ class RolloutFleet:
         "workers": {s.name: {"ready": s.ready, "running": len(s.running)} for s in self.slots},
       }
 
-  def close(self) -> None:
-    """Kills the workers (their sandboxes die with them: bwrap --die-with-parent)."""
+  def stats(self) -> dict:
+    """The live workers' engine statistics (models.generator.Generator.stats) summed, with the
+    fleet's version, restarts and per-worker load; a worker that dies meanwhile is left out."""
+    from ray.exceptions import RayActorError
+
     with self._cond:
+      live = [s for s in self.slots if s.ready]
+    total: collections.Counter = collections.Counter()
+    for ref in [s.actor.engine_stats.remote() for s in live]:
+      try:
+        total.update({k: v for k, v in self.ray.get(ref).items() if k != "policy_version"})
+      except RayActorError:
+        continue
+    return {**total, **self._fleet()}
+
+  def close(self) -> None:
+    """Kills the workers (their sandboxes die with them: bwrap --die-with-parent); episodes still
+    running or waiting come back as infrastructure failures ("RolloutFleet closed ...")."""
+    with self._cond:
+      self._closed = True
       actors = [s.actor for s in self.slots if s.actor is not None]
       for s in self.slots:
         s.actor, s.ready = None, False
@@ -382,7 +433,7 @@ class RolloutFleet:
       self.ray.kill(a, no_restart=True)
 
 
-def from_experiment(exp, model_cfg, params) -> RolloutFleet:
+def from_experiment(exp, model_cfg, params, on_event=None) -> RolloutFleet:
   """The fleet for an rl.experiment.Experiment with `cluster="ray"` (config: `exp.ray`)."""
   spec = WorkerSpec(
     model_cfg=model_cfg,
@@ -396,4 +447,4 @@ def from_experiment(exp, model_cfg, params) -> RolloutFleet:
     image=exp.env.image,
     verifier_mode=exp.env.verifier_mode,
   )
-  return RolloutFleet(getattr(exp, "ray", RayConfig()), spec, params)
+  return RolloutFleet(getattr(exp, "ray", RayConfig()), spec, params, on_event=on_event)

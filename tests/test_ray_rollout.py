@@ -108,6 +108,11 @@ def test_weight_broadcast_reaches_every_worker(fleet):
     ref = np.asarray(jax.jit(compute_logprobs, static_argnums=2)(params, batch, MODEL))[0]
     mask = np.asarray(seg.loss_mask, bool)
     np.testing.assert_allclose(np.asarray(seg.logprobs)[mask], ref[mask], atol=2e-4)
+  # The trainer's per-step engine metrics: the workers' generator statistics, summed.
+  st = fleet.stats()
+  assert st["version"] == 7 and set(st["workers"]) == {"worker0.1", "worker1.1"}
+  assert st["tokens_generated"] >= sum(o.episode.generated_tokens for o in outs.values()) > 0
+  assert {"tokens_per_s", "active_slots", "pages_used", "cached_prompt_tokens"} <= set(st)
 
 
 def _listeners(pids: set[int]) -> list[tuple[str, int]]:
@@ -183,3 +188,21 @@ def test_killed_worker_episodes_are_retried_elsewhere_exactly_once(fleet):
   versions = fleet.worker_versions()
   assert set(versions.values()) == {7} and len(versions) == 2
   assert victim not in versions and victim[:-1] + "2" in versions
+
+
+def test_replacement_catches_up_with_a_broadcast_made_while_it_starts(fleet):
+  events = []
+  fleet.on_event = lambda kind, **kw: events.append({"kind": kind, **kw})
+  victim = fleet.slots[0]
+  dead = victim.name
+  fleet.ray.kill(victim.actor, no_restart=True)
+  fleet.load_params(jax.device_get(transformer.init(MODEL, jax.random.key(8))), 8)
+  # The broadcast found the dead worker and started a replacement (with version 8's weights);
+  # version 9 goes out while that replacement is still building its engine.
+  (rep,) = [e for e in events if e["kind"] == "ray_worker_replaced"]
+  assert rep["worker"] == dead
+  fleet.load_params(jax.device_get(transformer.init(MODEL, jax.random.key(9))), 9)
+  v9 = [e for e in events if e["kind"] == "ray_weights" and e["version"] == 9]
+  assert rep["by"] not in v9[0]["workers"]  # it was not ready: the broadcast skipped it
+  fleet.wait_ready(300)
+  assert fleet.worker_versions() == {rep["by"]: 9, fleet.slots[1].name: 9}

@@ -1,0 +1,124 @@
+"""`python -m launch.train --config.cluster=ray` end to end on a local Ray cluster (127.0.0.1).
+
+The toy experiment (real bwrap sandboxes and verifier, tiny byte model, no warm start) trains
+3 sync steps with its rollouts on 2 Ray worker actors. Once the first update is done, one worker
+process is SIGKILLed while it runs an episode. The run must finish its steps; the killed worker's
+episodes are re-run on the other worker (events.jsonl), the worker is replaced, no trajectory is
+lost or trained twice, and every update's weights reach the workers: each broadcast is answered
+with the new version by every worker, and the tokens of step k were sampled at version k - 1.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
+from rl.trajectory_store import TrajectoryStore
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+STEPS, GROUPS, SAMPLES = 3, 2, 2
+OVERRIDES = [
+  "--config.cluster=ray",
+  "--config.ray.num_workers=2",
+  "--config.ray.num_cpus=2",
+  "--config.ray.worker_num_cpus=0.5",
+  f"--config.loop.steps={STEPS}",
+  f"--config.loop.batch_groups={GROUPS}",
+  f"--config.rollout.group_size={SAMPLES}",
+  "--config.rollout.dynamic_sampling=False",  # every finished group is trained
+  "--config.loop.checkpoint_every=2",
+  "--config.sft.steps=0",
+]
+
+
+def _titles(root: int) -> dict[int, str]:
+  """Process titles (Ray sets `ray::RolloutWorker.run` while an actor runs an episode)."""
+  out = {}
+  for pid in descendants(root):
+    try:
+      out[pid] = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+      pass
+  return out
+
+
+def _kill_a_worker_mid_episode(proc, workdir: pathlib.Path, timeout_s: float = 400) -> int:
+  """After step 1, SIGKILLs a rollout worker actor while it runs an episode; returns its pid."""
+  deadline = time.monotonic() + timeout_s
+  step1 = workdir / "batches" / "step-00000001.parquet"
+  while time.monotonic() < deadline:
+    assert proc.poll() is None, f"the run exited early with {proc.returncode}"
+    if step1.exists():
+      busy = [p for p, t in _titles(proc.pid).items() if t.startswith("ray::RolloutWorker.run")]
+      if busy:
+        os.kill(busy[0], signal.SIGKILL)
+        return busy[0]
+    time.sleep(0.02)
+  raise AssertionError("no rollout worker was seen running an episode after step 1")
+
+
+def _events(workdir: pathlib.Path) -> list[dict]:
+  return [json.loads(line) for line in (workdir / "events.jsonl").read_text().splitlines()]
+
+
+def test_launch_train_on_ray_survives_a_killed_worker(tmp_path, sandbox_image):  # noqa: F811
+  workdir = tmp_path / "run"
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"))
+  env.pop("XLA_FLAGS", None)  # one CPU device for the trainer, like a user's run
+  cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={workdir}"]
+  with open(tmp_path / "run.log", "w+") as log:
+    # Own session: if the test fails, the run and its Ray processes go down together.
+    proc = subprocess.Popen(
+      cmd + OVERRIDES, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+      start_new_session=True,
+    )  # fmt: skip
+    try:
+      victim = _kill_a_worker_mid_episode(proc, workdir)
+      rc = proc.wait(timeout=600)
+    finally:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.seek(0)
+    out = log.read()
+  assert rc == 0, out[-4000:]
+  assert not pathlib.Path(f"/proc/{victim}").exists()
+  assert json.loads((workdir / "summary.json").read_text())["step"] == STEPS
+  assert "Traceback" not in out, out[-4000:]  # nor a rollout thread failing at shutdown
+
+  # Nothing lost, nothing trained twice.
+  store = TrajectoryStore(workdir)
+  batches = store.read_batches().to_pylist()
+  ids = [b["trajectory_id"] for b in batches]
+  assert len(ids) == len(set(ids)) == STEPS * GROUPS * SAMPLES
+  assert {b["step"] for b in batches} == set(range(1, STEPS + 1))
+  rows = {r["trajectory_id"]: r for r in store.read().to_pylist()}
+  assert set(ids) <= set(rows)
+
+  # The killed worker's episodes were re-run on the other worker, and the worker was replaced.
+  events = _events(workdir)
+  died = [e for e in events if e["kind"] == "ray_worker_died"]
+  assert died, "the killed worker was running no episode of the fleet"
+  (dead,) = {e["worker"] for e in died}
+  retried = {e["trajectory_id"]: e for e in events if e["kind"] == "ray_episode_retried"}
+  for e in died:
+    assert e["trajectory_id"] in retried and retried[e["trajectory_id"]]["worker"] != dead
+    assert not rows[e["trajectory_id"]]["infra_error"]  # it finished, and is in the store
+  (replaced,) = [e for e in events if e["kind"] == "ray_worker_replaced"]
+  assert replaced["worker"] == dead and replaced["by"] != dead
+
+  # Weights: the initial load and one broadcast per update, each answered by every live worker
+  # with the new version, and the tokens trained at step k were sampled at version k - 1 (also
+  # by the replacement, which catches up with broadcasts made while it was starting).
+  broadcasts = [e for e in events if e["kind"] == "ray_weights"]
+  assert [b["version"] for b in broadcasts] == list(range(STEPS + 1))
+  for b in broadcasts:
+    assert b["workers"] and set(b["workers"].values()) == {b["version"]}
+  for b in batches:
+    r = rows[b["trajectory_id"]]
+    sampled = {v for v, m in zip(r["versions"], r["loss_mask"], strict=True) if m}
+    assert sampled == {b["step"] - 1}, (b, sampled)

@@ -111,6 +111,12 @@ def build_batch(
   return batch, len(seqs)
 
 
+def engine_params(params):
+  """A copy of the trainer's params for the engine: the train step donates its state, so weights
+  the engine still decodes with (async rollouts run during the update) must not alias it."""
+  return jax.device_put(params, may_alias=False)
+
+
 def _passed(reward: float) -> bool:
   return reward >= 1.0 - 1e-6
 
@@ -269,7 +275,7 @@ class Trainer:
     metrics = self._train(batch)
     t2 = time.monotonic()
     self.step += 1
-    self.generator.load_params(self.state.params, self.step)
+    self.generator.load_params(engine_params(self.state.params), self.step)
     self.buffer.set_version(self.step)
     t3 = time.monotonic()
     self.store.write_batch(
@@ -344,7 +350,7 @@ class Trainer:
   # -- the loop -----------------------------------------------------------
   def run(self) -> list[dict]:
     reissue = self.restore() or {}
-    self.generator.load_params(self.state.params, self.step)
+    self.generator.load_params(engine_params(self.state.params), self.step)
     self.buffer.set_version(self.step)
     if self.step == 0:
       self.ckpt.save(0, self.state, self.host_state(), force=True)

@@ -171,6 +171,9 @@ class RolloutConfig:
   buffer_low: int = 1  # groups; below it concurrency grows
   buffer_high: int = 0  # above it concurrency shrinks; 0 = 2 * batch size
   lookahead: int = 1  # fresh tasks drawn ahead and ordered by their priority
+  # This many groups masked for infrastructure failures in a row stop the run (a dead engine or
+  # a broken sandbox backend fails every episode: retrying forever would hide it). 0: never.
+  max_masked_in_a_row: int = 32
   seed: int = 0
 
 
@@ -204,6 +207,7 @@ class RolloutManager:
     self.inflight: dict[int, str] = {}  # group id -> task id
     self.drops: dict[int, int] = {}  # policy version -> groups dropped for zero variance
     self.episode_stats: collections.deque = collections.deque()  # drained by the trainer
+    self.masked_in_a_row = 0
     self._stop = threading.Event()
     self._errors: list[BaseException] = []
     self._thread = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
@@ -309,6 +313,8 @@ class RolloutManager:
         if self._stop.is_set():
           raise BufferClosed()
         out = self.run_episode(task, trajectory_id(gid, sample), seed)
+      if self._stop.is_set():
+        raise BufferClosed()  # stopping: the engine and telemetry may already be closed
       row = episode_row(task, gid, sample, out)
       self.episode_stats.append(
         {"env_s": row["env_s"], "gen_s": row["gen_s"], "infra": bool(row["infra_error"])}
@@ -326,7 +332,13 @@ class RolloutManager:
       if group.status == "infra":
         self.buffer.cancel("infra")
         self.on_event("group_masked", group_id=gid, task_id=task.id)
+        self.masked_in_a_row += 1
+        limit = self.cfg.max_masked_in_a_row
+        if limit and self.masked_in_a_row >= limit:
+          err = next(r["infra_error"] for r in group.rows if r["infra_error"])
+          raise RuntimeError(f"{limit} groups in a row failed on infrastructure; last: {err}")
         return
+      self.masked_in_a_row = 0
       rewards = group.rewards
       version = self.buffer.version
       cap = self.cfg.max_drop_factor * self.buffer.batch_size

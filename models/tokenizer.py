@@ -214,3 +214,51 @@ def _read_json(file: pathlib.Path) -> dict:
     return json.loads(file.read_text())
   except json.JSONDecodeError as e:
     raise CheckpointError(f"{file}: invalid JSON: {e}") from e
+
+
+# ------------------------------------------------------------------ small BPE for from-scratch runs
+
+
+def train_bpe(texts, vocab_size: int, chat_template: str = CHATML_TEMPLATE) -> HFTokenizer:
+  """A byte-level BPE trained with `tokenizers` on `texts` (e.g. a task family's transcripts).
+
+  For policies trained from scratch (the CPU demo): words become a few tokens instead of one
+  byte each, so sequences are several times shorter and copying a name is a few token copies.
+  Specials and eos/pad/stop ids are those of `ByteTokenizer` (ChatML).
+  """
+  import tokenizers
+  from tokenizers import decoders, models, pre_tokenizers, trainers
+
+  tok = tokenizers.Tokenizer(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(
+    vocab_size=vocab_size,
+    special_tokens=list(ByteTokenizer.SPECIALS),
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    show_progress=False,
+  )
+  tok.train_from_iterator(texts, trainer)
+  return HFTokenizer(
+    tok,
+    chat_template=chat_template,
+    eos_token="<|im_end|>",
+    pad_token="<|pad|>",
+    extra_stop_ids=[tok.token_to_id("<|endoftext|>")],
+  )
+
+
+def save_tokenizer(tok: HFTokenizer, path) -> None:
+  """Writes tokenizer.json + tokenizer_config.json so `HFTokenizer.from_dir` reads it back."""
+  path = pathlib.Path(path)
+  path.mkdir(parents=True, exist_ok=True)
+  tok._tok.save(str(path / "tokenizer.json"))
+  cfg = {
+    "chat_template": tok.chat_template,
+    "eos_token": tok.eos_token,
+    "pad_token": tok._tok.id_to_token(tok.pad_id),
+    "bos_token": tok.bos_token,
+  }
+  (path / "tokenizer_config.json").write_text(json.dumps(cfg, indent=1))
+  stops = [int(i) for i in tok.stop_ids]
+  (path / "generation_config.json").write_text(json.dumps({"eos_token_id": stops}))

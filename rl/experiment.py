@@ -158,14 +158,43 @@ def to_experiment(config) -> Experiment:
   return from_config(Experiment, config)
 
 
-def load_tokenizer(spec: str):
+def load_tokenizer(spec: str, workdir=None, corpus=None):
+  """ "byte", "bpe:<vocab size>" (trained on `corpus()` once, kept in WORKDIR/tokenizer) or a
+  Hugging Face checkpoint folder."""
   if spec == "byte":
     from models.tokenizer import ByteTokenizer
 
     return ByteTokenizer()
   from models import hf
 
+  if spec.startswith("bpe:"):
+    from models.tokenizer import save_tokenizer, train_bpe
+
+    try:
+      vocab = int(spec.split(":", 1)[1])
+    except ValueError:
+      raise ValueError(f"tokenizer: {spec!r} must be 'bpe:<vocab size>', e.g. 'bpe:512'") from None
+    if workdir is None or corpus is None:
+      raise ValueError(f"tokenizer {spec!r} needs a workdir and a corpus (experiment.run)")
+    path = pathlib.Path(workdir) / "tokenizer"
+    if not (path / "tokenizer.json").is_file():  # trained once; a resumed run reads it back
+      save_tokenizer(train_bpe(corpus(), vocab), path)
+    return hf.load_tokenizer(path)
   return hf.load_tokenizer(spec)
+
+
+def tokenizer_corpus(tasks, n: int, system_prompt: str) -> list[str]:
+  """Texts a from-scratch tokenizer is trained on: instructions, reference actions, formats."""
+  pick = getattr(tasks, "corpus_tasks", tasks.demo_tasks)
+  texts = [system_prompt, agent_lib.format_tool_call("finish")]
+  texts += [agent_lib.format_exec_observation(c, "out", "err") for c in (0, 1, 2, 124)]
+  for t in pick(n):
+    texts.append(t.instruction)
+    acts = dict(t.metadata).get("demo_actions") or [
+      agent_lib.format_tool_call("shell", command=t.solution_script.strip())
+    ]
+    texts.extend(acts)
+  return texts
 
 
 def _mesh(exp: Experiment):
@@ -277,20 +306,21 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
   wd = pathlib.Path(workdir)
   wd.mkdir(parents=True, exist_ok=True)
   (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), indent=1, default=str))
-  tok = load_tokenizer(exp.tokenizer)
-  model_cfg, params = _initial_params(exp, tok)
-  mesh = _mesh(exp)
   ckpt = Checkpointer(
     wd / "checkpoints", every_steps=exp.loop.checkpoint_every, keep=exp.loop.keep_checkpoints
   )
   ckpt.install_signal_handlers()
   resuming = ckpt.latest_step() is not None
   tel = Telemetry(wd, total_steps=exp.loop.steps, initial_step=ckpt.latest_step() or 0)
-  fmt = agent_lib.ChatFormat(tok, exp.env.system_prompt)
   if task_source is None:
     tasks, eval_tasks = make_task_source(exp.env, exp.loop.seed, wd, tel.event)
   else:
     tasks, eval_tasks = task_source(wd, tel.event)
+  corpus = functools.partial(tokenizer_corpus, tasks, 2000, exp.env.system_prompt)
+  tok = load_tokenizer(exp.tokenizer, wd, corpus)
+  model_cfg, params = _initial_params(exp, tok)
+  mesh = _mesh(exp)
+  fmt = agent_lib.ChatFormat(tok, exp.env.system_prompt)
   engine = Engine(
     model_cfg,
     params,
@@ -312,6 +342,8 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
     from rl import ray_rollout
 
     gen.close()
+    if exp.tokenizer.startswith("bpe:"):  # actors read the trained tokenizer's folder
+      exp = dataclasses.replace(exp, tokenizer=str(wd / "tokenizer"))
     gen = ray_rollout.from_experiment(exp, model_cfg, params, on_event=tel.event)
     episodes, mk_eps = gen, gen.with_agent
   try:

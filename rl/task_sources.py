@@ -89,6 +89,10 @@ class ProceduralTasks(_Audited):
   def demo_tasks(self, n: int) -> list:
     return [self.task_for(i, salt=1) for i in range(n)]
 
+  def corpus_tasks(self, n: int) -> list:
+    """Fresh tasks of the family (salt 2, even with a fixed pool) for a tokenizer corpus."""
+    return [self._gen(_seed(self.seed, 2, i)) for i in range(n)]
+
   def observe_batch(self, groups: list[Group]) -> dict:
     return self.audit(groups)
 

@@ -74,3 +74,40 @@ def test_demo_entry_point_runs(tmp_path):
     cwd=pathlib.Path(__file__).resolve().parents[1],
   )
   assert "generated ids:" in out.stdout and (tmp_path / "model.safetensors").is_file()
+
+
+def test_trained_bpe_round_trip_save_load_and_experiment_spec(tmp_path):
+  import pytest
+
+  from envs import agent, procedural
+  from models.tokenizer import HFTokenizer, save_tokenizer, train_bpe
+  from rl.experiment import load_tokenizer
+
+  tasks = [procedural.generate("echo_word", s) for s in range(300)]
+  texts = [t.instruction for t in tasks] + [t.solution_script for t in tasks]
+  tok = train_bpe(texts, 300)
+  assert tok.vocab_size == 300
+  assert (tok.pad_id, tok.eos_id, tok.stop_ids) == (0, 3, (3, 1))  # ChatML specials first
+  text = "<|im_start|>user\nCreate a file named bamisu.txt, é 🙂<|im_end|>\n"
+  ids = tok.encode(text)
+  assert tok.decode(ids) == text and ids[0] == 2 and 3 in ids
+  words = tok.encode(tasks[0].instruction)
+  assert len(words) < len(tasks[0].instruction.encode()) / 2  # merges learned from the corpus
+  # Token-exact copying: a name reads the same in the instruction and in the command.
+  script = tasks[0].solution_script.strip()
+  name, cmd = script.split("> ")[1], agent.format_tool_call("shell", command=script)
+  assert " ".join(map(str, tok.encode(" " + name))) in " ".join(map(str, tok.encode(cmd)))
+
+  save_tokenizer(tok, tmp_path / "t")
+  back = HFTokenizer.from_dir(tmp_path / "t")
+  assert back.encode(text) == ids and back.stop_ids == tok.stop_ids and back.pad_id == 0
+  msgs = [{"role": "user", "content": "hi"}]
+  assert back.apply_chat_template(msgs) == tok.apply_chat_template(msgs)
+
+  calls = []
+  spec = load_tokenizer("bpe:280", tmp_path / "wd", lambda: calls.append(1) or texts)
+  again = load_tokenizer("bpe:280", tmp_path / "wd", lambda: calls.append(1) or texts)
+  assert calls == [1] and spec.vocab_size == again.vocab_size == 280  # trained once, read back
+  assert (tmp_path / "wd" / "tokenizer" / "tokenizer.json").is_file()
+  with pytest.raises(ValueError, match="bpe:<vocab size>"):
+    load_tokenizer("bpe:many", tmp_path / "wd", lambda: texts)

@@ -272,24 +272,24 @@ class RolloutFleet:
     self.on_event("ray_worker_replaced" if "by" in rec else "ray_worker_lost", **rec)
 
   # -- dispatch -----------------------------------------------------------------------------
-  def _acquire(self, trajectory_id: str) -> tuple[_Slot | None, int]:
+  def _acquire(self, trajectory_id: str) -> tuple[_Slot | None, int, object]:
     """Waits for a live worker with a free episode slot (back-pressure); registers the episode.
 
-    Returns (None, 0) once the fleet is closed."""
+    Returns (slot, its generation, its actor), or (None, 0, None) once the fleet is closed."""
     with self._cond:
       free = lambda: [
         s for s in self.slots if s.ready and len(s.running) < self.cfg.max_inflight_per_worker
       ]
       while not free():
         if self._closed:
-          return None, 0
+          return None, 0, None
         if all(s.actor is None for s in self.slots):
           raise RuntimeError("ray_rollout: every worker died and the restart budget is spent")
         self._cond.wait(1.0)
       slot = min(free(), key=lambda s: (len(s.running), s.index))
       slot.running.add(trajectory_id)
       self._inflight[trajectory_id] = slot.index
-      return slot, slot.generation
+      return slot, slot.generation, slot.actor
 
   def _release(self, slot: _Slot, trajectory_id: str) -> None:
     with self._cond:
@@ -307,12 +307,12 @@ class RolloutFleet:
       self._inflight[trajectory_id] = -1
     try:
       for attempt in range(self.cfg.max_episode_attempts):
-        slot, gen = self._acquire(trajectory_id)
+        slot, gen, actor = self._acquire(trajectory_id)
         if slot is None:
           return self._infra_outcome(trajectory_id, errors, t0, closed=True)
         rec = dict(trajectory_id=trajectory_id, attempt=attempt, worker=slot.name)
         try:
-          ref = slot.actor.run.remote(task, trajectory_id, seed, policy, agent_cfg)
+          ref = actor.run.remote(task, trajectory_id, seed, policy, agent_cfg)
           out, name, version = self.ray.get(ref)
         except RayActorError as e:
           self._release(slot, trajectory_id)

@@ -344,7 +344,7 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
     gen.close()
     if exp.tokenizer.startswith("bpe:"):  # actors read the trained tokenizer's folder
       exp = dataclasses.replace(exp, tokenizer=str(wd / "tokenizer"))
-    gen = ray_rollout.from_experiment(exp, model_cfg, params, on_event=tel.event)
+    gen = ray_rollout.from_experiment(exp, model_cfg, params, on_event=tel.event, tokenizer=tok)
     episodes, mk_eps = gen, gen.with_agent
   try:
     if exp.sft.steps and not resuming:

@@ -69,7 +69,9 @@ class WorkerSpec:
 
   model_cfg: object  # models.config.ModelConfig
   agent_cfg: agent_lib.AgentConfig = agent_lib.AgentConfig()
-  tokenizer: str = "byte"  # "byte" or a Hugging Face checkpoint folder (present on every node)
+  # "byte", a Hugging Face checkpoint folder present on every node, or the tokenizer itself
+  # (pickled to the workers: how a tokenizer trained at start, 'bpe:<vocab>', reaches them).
+  tokenizer: object = "byte"
   system_prompt: str = agent_lib.DEFAULT_SYSTEM_PROMPT
   slots: int = 8
   max_seq_len: int = 512
@@ -89,7 +91,7 @@ class RolloutWorker:
     from rl.rollout import SandboxEpisodes
 
     self.name, self.spec = name, spec
-    tok = load_tokenizer(spec.tokenizer)
+    tok = load_tokenizer(spec.tokenizer) if isinstance(spec.tokenizer, str) else spec.tokenizer
     engine = Engine(
       spec.model_cfg,
       params,
@@ -433,12 +435,13 @@ class RolloutFleet:
       self.ray.kill(a, no_restart=True)
 
 
-def from_experiment(exp, model_cfg, params, on_event=None) -> RolloutFleet:
-  """The fleet for an rl.experiment.Experiment with `cluster="ray"` (config: `exp.ray`)."""
+def from_experiment(exp, model_cfg, params, on_event=None, tokenizer=None) -> RolloutFleet:
+  """The fleet for an rl.experiment.Experiment with `cluster="ray"` (config: `exp.ray`);
+  `tokenizer`: the run's loaded tokenizer, sent to the workers (default: `exp.tokenizer`)."""
   spec = WorkerSpec(
     model_cfg=model_cfg,
     agent_cfg=exp.agent,
-    tokenizer=exp.tokenizer,
+    tokenizer=exp.tokenizer if tokenizer is None else tokenizer,
     system_prompt=exp.env.system_prompt,
     slots=exp.engine.slots,
     max_seq_len=exp.engine.max_seq_len,

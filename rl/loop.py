@@ -212,8 +212,7 @@ class Trainer:
     return {int(k): v for k, v in ro["inflight"].items()}
 
   def host_state(self) -> dict:
-    snap = self.rollouts.snapshot()
-    snap["drops"] = {str(k): v for k, v in self.rollouts.drops.items()}
+    snap = self.rollouts.snapshot()  # drops included, taken under the same lock
     replay = [g.to_json() for g in self.replay] if self.cfg.replay_groups else []
     return {"step": self.step, "rollout": snap, "replay": replay, "time": time.time()}
 
@@ -253,7 +252,9 @@ class Trainer:
 
   def update(self, last_end: float) -> dict:
     t0 = time.monotonic()
-    groups = self._wait_batch()
+    # In group-id order: the packed batch (and so the update, bit for bit) does not depend
+    # on which group finished first.
+    groups = sorted(self._wait_batch(), key=lambda g: g.group_id)
     if not groups:
       return {}
     t1 = time.monotonic()

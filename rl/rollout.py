@@ -16,6 +16,12 @@ write-ahead log), then either put into the buffer or dropped:
 Group ids are issued in order; trajectory ids are `g<group_id>-s<sample>`, so a resumed run
 re-issues exactly the groups that were in flight, with the same ids. A group already in the
 store (finished after the last checkpoint, before a crash) is re-used, not re-run.
+
+Synchronous runs (staleness 0) decide in group-id order: a finished group waits until every
+lower-id group that started has been decided. Which groups are dropped, replaced and trained
+is then a function of the seed and the rewards, not of which episode happened to finish first,
+so a resumed run trains on exactly the trajectories an uninterrupted one does. Asynchronous
+runs decide on arrival (waiting for a slow group would stall the trainer they exist to feed).
 """
 
 from __future__ import annotations
@@ -205,6 +211,9 @@ class RolloutManager:
     self.lock = threading.RLock()  # guards next_group_id, inflight and the task source
     self.next_group_id = next_group_id
     self.inflight: dict[int, str] = {}  # group id -> task id
+    self.in_order = buffer.max_staleness == 0  # decide in group-id order (module docstring)
+    self._started: set[int] = set()  # group ids running or finished, not yet decided
+    self._finished: dict[int, tuple] = {}  # group id -> (task, Group), awaiting its turn
     self.drops: dict[int, int] = {}  # policy version -> groups dropped for zero variance
     self.episode_stats: collections.deque = collections.deque()  # drained by the trainer
     self.masked_in_a_row = 0
@@ -241,6 +250,7 @@ class RolloutManager:
         "inflight": {str(k): v for k, v in self.inflight.items()},
         "buffer": [g.to_json() for g in self.buffer.items()],
         "tasks": self.tasks.state_dict(),
+        "drops": {str(k): v for k, v in self.drops.items()},
       }
 
   # -- production ---------------------------------------------------------
@@ -259,7 +269,9 @@ class RolloutManager:
           task = self.tasks.task_for(gid)
           self.inflight[gid] = task.id
           self.queue.push((gid, task), priority=float(dict(task.metadata).get("priority", 0)))
-      return self.queue.pop(timeout=0)
+      work = self.queue.pop(timeout=0)
+      self._started.add(work[0])
+      return work
 
   def _produce(self) -> None:
     try:
@@ -327,31 +339,43 @@ class RolloutManager:
     return row
 
   def _finish_group(self, gid: int, task, group: Group) -> None:
+    """Decides finished groups: on arrival, or (synchronous runs) in group-id order."""
     with self.lock:
-      self.inflight.pop(gid, None)
-      if group.status == "infra":
-        self.buffer.cancel("infra")
-        self.on_event("group_masked", group_id=gid, task_id=task.id)
-        self.masked_in_a_row += 1
-        limit = self.cfg.max_masked_in_a_row
-        if limit and self.masked_in_a_row >= limit:
-          err = next(r["infra_error"] for r in group.rows if r["infra_error"])
-          raise RuntimeError(f"{limit} groups in a row failed on infrastructure; last: {err}")
-        return
-      self.masked_in_a_row = 0
-      rewards = group.rewards
-      version = self.buffer.version
-      cap = self.cfg.max_drop_factor * self.buffer.batch_size
-      if (
-        self.cfg.dynamic_sampling
-        and max(rewards) == min(rewards)
-        and self.drops.get(version, 0) < cap
-      ):
-        self.drops[version] = self.drops.get(version, 0) + 1
-        group.status = "zero_variance"
-        self.buffer.cancel("zero_variance")
-        return
-      self.buffer.put(group)
+      self._finished[gid] = (task, group)
+      while self._finished:
+        first = min(self._finished) if self.in_order else gid
+        if self.in_order and first != min(self._started):
+          return  # a lower-id group is still running: it is decided first
+        t, g = self._finished.pop(first)
+        self._started.discard(first)
+        self.inflight.pop(first, None)
+        self._decide(first, t, g)
+
+  def _decide(self, gid: int, task, group: Group) -> None:
+    """Masks (infra), drops (zero variance, within the budget) or buffers a group (lock held)."""
+    if group.status == "infra":
+      self.buffer.cancel("infra")
+      self.on_event("group_masked", group_id=gid, task_id=task.id)
+      self.masked_in_a_row += 1
+      limit = self.cfg.max_masked_in_a_row
+      if limit and self.masked_in_a_row >= limit:
+        err = next(r["infra_error"] for r in group.rows if r["infra_error"])
+        raise RuntimeError(f"{limit} groups in a row failed on infrastructure; last: {err}")
+      return
+    self.masked_in_a_row = 0
+    rewards = group.rewards
+    version = self.buffer.version
+    cap = self.cfg.max_drop_factor * self.buffer.batch_size
+    if (
+      self.cfg.dynamic_sampling
+      and max(rewards) == min(rewards)
+      and self.drops.get(version, 0) < cap
+    ):
+      self.drops[version] = self.drops.get(version, 0) + 1
+      group.status = "zero_variance"
+      self.buffer.cancel("zero_variance")
+      return
+    self.buffer.put(group)
 
 
 def group_advantages(groups: list[Group], estimator: str, eps: float) -> list[list[float]]:

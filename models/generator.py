@@ -336,7 +336,9 @@ class Generator:
     if self._table_dirty:
       self._state = self.engine.set_page_table(self._state, self._table)
       self._table_dirty = False
-    self._state, out = self.engine.generate(self.engine.params, self._state)
+    # Attend only over the pages that hold tokens (power-of-two buckets: few compilations).
+    pages = self.engine.attention_pages(1 + max(lv.written for lv in self._live.values()))
+    self._state, out = self.engine.generate(None, self._state, pages=pages)
     snapshot = list(self._live.values())
     for live in snapshot:
       live.written += 1

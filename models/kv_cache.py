@@ -93,10 +93,11 @@ def gather(cache: KVCache, layer, page_table_SM, dtype=jnp.float32):
   p = cache.page_size
 
   def one(pages, scales):
-    x = pages[layer][page_table_SM]  # [S, M, p, K, d]
+    # One gather indexed by (layer, page): slicing the layer out first would copy all of it.
+    x = pages[layer, page_table_SM]  # [S, M, p, K, d]
     x = x.astype(dtype)
     if scales is not None:
-      x = x * scales[layer][page_table_SM][..., None].astype(dtype)
+      x = x * scales[layer, page_table_SM][..., None].astype(dtype)
     return x.reshape(S, M * p, *x.shape[3:])
 
   return one(cache.k, cache.k_scale), one(cache.v, cache.v_scale)

@@ -216,6 +216,10 @@ class Trainer:
     replay = [g.to_json() for g in self.replay] if self.cfg.replay_groups else []
     return {"step": self.step, "rollout": snap, "replay": replay, "time": time.time()}
 
+  def _engine_params(self):
+    """The weights the generator loads after each update (rl.multihost gathers them)."""
+    return engine_params(self.state.params)
+
   # -- one update ---------------------------------------------------------
   def _wait_batch(self) -> list[Group]:
     deadline = time.monotonic() + self.cfg.batch_timeout_s
@@ -276,7 +280,7 @@ class Trainer:
     metrics = self._train(batch)
     t2 = time.monotonic()
     self.step += 1
-    self.generator.load_params(engine_params(self.state.params), self.step)
+    self.generator.load_params(self._engine_params(), self.step)
     self.buffer.set_version(self.step)
     t3 = time.monotonic()
     self.store.write_batch(
@@ -351,7 +355,7 @@ class Trainer:
   # -- the loop -----------------------------------------------------------
   def run(self) -> list[dict]:
     reissue = self.restore() or {}
-    self.generator.load_params(engine_params(self.state.params), self.step)
+    self.generator.load_params(self._engine_params(), self.step)
     self.buffer.set_version(self.step)
     if self.step == 0:
       self.ckpt.save(0, self.state, self.host_state(), force=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import pathlib
 import statistics
 import sys
@@ -126,10 +127,14 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
   table = np.arange(1, c * eng.pages_per_slot + 1).reshape(c, -1)
   state = eng.set_page_table(state, table)
 
-  def steps_alone(n=32):  # the jitted decode step alone, back to back, all slots busy
+  # The jitted decode step alone, back to back, all slots busy, attending over the same page
+  # buckets as the Generator's steps (positions PROMPT .. PROMPT + NEW - 2).
+  buckets = [eng.attention_pages(PROMPT + i + 1) for i in range(NEW - 1)]
+
+  def steps_alone(n=NEW - 1):
     nonlocal state
-    for _ in range(n):
-      state, out = eng.generate(decode_state=state)
+    for pages in buckets[:n]:
+      state, out = eng.generate(decode_state=state, pages=pages)
     return out
 
   def prefills(batch=16):  # as the Generator batches them (max_prefill_batch=16)
@@ -142,7 +147,7 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
 
   jp = jnp.asarray(prompts)
   static = lambda: static_sampler(params, jp, cfg=cfg, new=NEW)
-  results, _, _, static_out = gen.generate(reqs), steps_alone(4), prefills(), static()  # compile
+  results, _, _, static_out = gen.generate(reqs), steps_alone(), prefills(), static()  # compile
   # Interleaved repeats: the shared machine's load drifts, so each ratio compares runs made
   # seconds apart and the medians of per-repeat figures are reported.
   rows = []
@@ -151,7 +156,7 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
     t_engine = timed(lambda: gen.generate(reqs), 1)[0]
     steps = gen.stats()["decode_steps"] - steps0
     t_prefill = timed(prefills, 1)[0]
-    t_step = timed(steps_alone, 1)[0] / 32
+    t_step = timed(steps_alone, 1)[0] / (NEW - 1)
     t_static, static_out = timed(static, 1)
     rows.append((t_engine, t_prefill, t_step, t_static, steps))
   gen.close()
@@ -182,6 +187,7 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
     prefill_ms=1e3 * t_prefill,
     same_tokens_as_static=same_static,
     same_tokens_as_naive=same_naive,
+    load_avg_1min=os.getloadavg()[0],
   )
 
 
@@ -295,6 +301,7 @@ def main():
   args = ap.parse_args()
   cfg, params = model()
   print(f"model: {config.num_params(cfg) / 1e6:.1f}M params, devices {jax.devices()}")
+  print(f"load average (1, 5, 15 min) at start: {os.getloadavg()}")
   rows = []
   for c in map(int, args.concurrency.split(",")):
     row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens)

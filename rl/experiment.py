@@ -31,6 +31,7 @@ import numpy as np
 
 from envs import agent as agent_lib
 from models.config import ModelConfig
+from rl import multihost
 from rl.buffer import StalenessBuffer
 from rl.checkpoint import Checkpointer
 from rl.config import LossConfig, OptimConfig, TrainConfig
@@ -230,9 +231,20 @@ def demonstrations(tasks, episodes: SandboxEpisodes, tok, workers: int) -> list[
 
 
 def warm_start(
-  exp: Experiment, model_cfg, mesh, params, demos: list[dict], tel: Telemetry, pad_id: int
+  exp: Experiment,
+  model_cfg,
+  mesh,
+  params,
+  demos: list[dict],
+  tel: Telemetry | None,
+  pad_id: int,
+  comm=multihost.Local(),
 ):
-  """Supervised steps on demonstrations (see module docstring); returns the new params."""
+  """Supervised steps on demonstrations (see module docstring); returns the new params.
+
+  In a multi-process job every process runs this with the same demos (`comm`: rl.multihost);
+  only process 0 has `tel`.
+  """
   from rl import packing
   from rl.train_state import create_train_state
   from rl.train_step import make_compute_logprobs, make_train_step
@@ -266,17 +278,19 @@ def warm_start(
       k: np.concatenate([v, np.zeros((target - rows, *v.shape[1:]), v.dtype)])
       for k, v in batch.items()
     }
+    on_mesh = comm.batch(batch, mesh, cfg.rules)
     if step_fn is None:
-      step_fn = make_train_step(model_cfg, cfg, mesh, shardings, batch)
-      logp_fn = make_compute_logprobs(model_cfg, cfg, mesh, shardings.params, batch)
+      step_fn = make_train_step(model_cfg, cfg, mesh, shardings, on_mesh)
+      logp_fn = make_compute_logprobs(model_cfg, cfg, mesh, shardings.params, on_mesh)
     if i % s.log_every == 0 or i == s.steps - 1:
-      logp = np.asarray(logp_fn(state.params, batch))
+      logp = np.asarray(comm.to_host(comm.call(logp_fn, state.params, on_mesh)))
       mask = batch["loss_mask_BT"] * (batch["positions_BT"] > 0)
       nll = float(-(logp * mask).sum() / max(mask.sum(), 1))
-      tel.log(i, {"sft/nll": nll}, progress=False)
-      tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
-    state, _ = step_fn(state, batch)
-  return jax.device_get(state.params)
+      if tel is not None:
+        tel.log(i, {"sft/nll": nll}, progress=False)
+        tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
+    state, _ = comm.call(step_fn, state, on_mesh)
+  return comm.to_host(state.params)
 
 
 def _initial_params(exp: Experiment, tok):
@@ -286,7 +300,7 @@ def _initial_params(exp: Experiment, tok):
     return hf.load(exp.checkpoint)
   from models import transformer
 
-  if exp.model.vocab_size < tok.vocab_size:
+  if tok is not None and exp.model.vocab_size < tok.vocab_size:
     raise ValueError(f"model.vocab_size {exp.model.vocab_size} < tokenizer's {tok.vocab_size}")
   return exp.model, jax.device_get(transformer.init(exp.model, jax.random.key(exp.loop.seed)))
 
@@ -298,19 +312,32 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
   task source: `task_for(group_id)`, `get(task_id)`, `demo_tasks(n)`, `observe_batch(groups)`,
   `state_dict()`, `load_state_dict(d)`, as ProceduralTasks and PoolTasks implement).
   """
+  exp.validate()
+  comm = multihost.channel()  # multi-process: only process 0 does host work (rl/multihost.py)
+  if comm.multi and exp.devices not in (0, jax.device_count()):
+    raise ValueError(f"devices={exp.devices}: a multi-process run trains on all devices (0)")
+  try:
+    return _run(exp, workdir, task_source, comm)
+  except BaseException:
+    comm.abort()  # process 0 failed: the others raise instead of waiting for it
+    raise
+
+
+def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
   from models.engine import Engine
   from models.generator import Generator
   from rl.train_state import create_train_state
 
-  exp.validate()
   wd = pathlib.Path(workdir)
   wd.mkdir(parents=True, exist_ok=True)
-  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), indent=1, default=str))
   ckpt = Checkpointer(
     wd / "checkpoints", every_steps=exp.loop.checkpoint_every, keep=exp.loop.keep_checkpoints
   )
   ckpt.install_signal_handlers()
   resuming = ckpt.latest_step() is not None
+  if not comm.leader:
+    return _follow(exp, ckpt, comm, resuming)
+  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), indent=1, default=str))
   tel = Telemetry(wd, total_steps=exp.loop.steps, initial_step=ckpt.latest_step() or 0)
   if task_source is None:
     tasks, eval_tasks = make_task_source(exp.env, exp.loop.seed, wd, tel.event)
@@ -353,7 +380,8 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
       demos = demonstrations(demo_tasks, episodes, tok, exp.rollout.max_concurrency)
       tel.event("demonstrations", n=len(demos), of=len(demo_tasks), time_s=time.monotonic() - t0)
       tel.write(f"[sft] {len(demos)} of {len(demo_tasks)} demonstrations verified")
-      params = warm_start(exp, model_cfg, mesh, params, demos, tel, tok.pad_id)
+      demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
+      params = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
     state, shardings = create_train_state(
       model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params
     )
@@ -371,7 +399,10 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
       store=store,
       on_event=tel.event,
     )
-    trainer = Trainer(
+    make_trainer = Trainer
+    if comm.multi:
+      make_trainer = functools.partial(multihost.LeaderTrainer, channel=comm)
+    trainer = make_trainer(
       cfg=exp.loop,
       train_cfg=exp.train,
       model_cfg=model_cfg,
@@ -389,13 +420,53 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
       pad_id=tok.pad_id,
     )
     history = trainer.run()
+    extra = comm.finish(trainer.state)  # multi-process: stops the others, compares replicas
   finally:
     gen.close()
     ckpt.close()
   plots = tel.close()
-  summary = _summary(history, trainer.step, ckpt.preempted, plots)
+  summary = {**_summary(history, trainer.step, trainer.ckpt.preempted, plots), **extra}
   (wd / "summary.json").write_text(json.dumps(summary, indent=1))
   return summary
+
+
+def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[list[dict], int]:
+  """Process 0's demonstrations and pad id, the same on every process (one process: as is)."""
+  if not comm.multi:
+    return demos, pad_id
+  seqs = demos
+  if comm.leader:
+    seqs = [
+      {
+        "tokens": np.asarray(d["tokens"], np.int32),
+        "loss_mask": np.asarray(d["loss_mask"], np.float32),
+      }
+      for d in demos
+    ]
+  pad = comm.share({"pad_id": np.int32(pad_id)} if comm.leader else None)["pad_id"]
+  return multihost.share_sequences(comm, seqs, ("tokens", "loss_mask")), int(pad)
+
+
+def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
+  """A process other than 0 of a multi-process run: process 0's device work, no host work."""
+  from rl.train_state import create_train_state
+  from rl.train_step import make_train_step
+
+  try:
+    comm.watch(lambda: ckpt.preempted)
+    model_cfg, params = _initial_params(exp, None)
+    mesh = _mesh(exp)
+    if exp.sft.steps and not resuming:
+      demos, pad_id = _shared_demos(comm, None, None)
+      params = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
+    state, shardings = create_train_state(
+      model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params
+    )
+    make_step = functools.partial(make_train_step, model_cfg, exp.train, mesh, shardings)
+    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train.rules)
+  finally:
+    ckpt.close()
+  return {"step": int(state.step), "process": jax.process_index(), **extra}
 
 
 def _summary(history: list[dict], step: int, preempted: bool, plots) -> dict:

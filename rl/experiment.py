@@ -13,6 +13,9 @@ Warm start (`sft.steps > 0`): demonstrations are the tasks' reference actions re
 `envs.agent.ScriptedPolicy` through the real agent loop in real sandboxes and kept only if the
 verifier passes them; SFT reuses the jitted GRPO step with advantage 1 and no behaviour
 logprobs (on-policy, ratio 1), whose gradient is exactly the token-mean cross-entropy's.
+
+In a multi-process job (`jax.distributed`) process 0 does all of the host work above and the
+other processes only follow its device work on the shared mesh (rl/multihost.py).
 """
 
 from __future__ import annotations

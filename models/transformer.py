@@ -6,7 +6,7 @@ depth. `apply` is composed of `embed`, `layer_qkv`, `attend`, `layer_finish` and
 `unembed`; a cached decoder built from the same pieces computes the same function.
 
 Legend: B batch, T tokens, V vocab, D d_model, H heads, K kv heads, d head_dim,
-F d_ff, E experts, L layers.
+F d_ff, E experts, L layers, N positions picked in each row.
 """
 
 from __future__ import annotations
@@ -212,7 +212,14 @@ def _ring_mesh(cfg: ModelConfig):
 
 
 def apply(
-  params, tokens_BT, cfg: ModelConfig, *, positions_BT=None, segment_ids_BT=None, return_aux=False
+  params,
+  tokens_BT,
+  cfg: ModelConfig,
+  *,
+  positions_BT=None,
+  segment_ids_BT=None,
+  return_aux=False,
+  logit_index_BN=None,
 ):
   """Logits [B, T, V] (fp32) for `tokens_BT`.
 
@@ -223,6 +230,8 @@ def apply(
       id 0 marks padding (ignored by attention and by the MoE balance loss).
     return_aux: also return {'moe_aux_loss': HF's load-balancing loss (unscaled by
       cfg.router_aux_coef; 0 for dense models)}.
+    logit_index_BN: if given, the LM head runs only at these indices of each row (in [0, T))
+      and the logits are [B, N, V]: logits[b, n] = full logits[b, logit_index_BN[b, n]].
 
   With cfg.attention == 'ring' under a mesh whose `sequence` axis is > 1, the rows are padded
   and permuted into the ring's zig-zag layout once, every layer attends with
@@ -269,6 +278,8 @@ def apply(
   (x_BTD, stats), _ = jax.lax.scan(_remat(body, cfg.remat), (x_BTD, stats0), params["layers"])
   if mesh is not None:
     x_BTD = constrain(ring_attention.from_zigzag(x_BTD, n)[:, :T], _ACT_BTD)
+  if logit_index_BN is not None:
+    x_BTD = jnp.take_along_axis(x_BTD, logit_index_BN[..., None], axis=1)
   logits_BTV = unembed(params, x_BTD, cfg)
   if not return_aux:
     return logits_BTV

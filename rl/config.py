@@ -79,3 +79,4 @@ class TrainConfig:
   mesh: MeshConfig = MeshConfig()
   rules: tuple = ()  # overrides of parallel.rules.DEFAULT_RULES, e.g. ("vocab=",)
   micro_batches: int = 1  # gradient accumulation steps per update (rows split evenly)
+  logit_buckets: int = 4  # LM head only at loss tokens, in <= this many static lengths; 0: all

@@ -1,6 +1,7 @@
 """GRPO-family policy losses, KL estimators and loss aggregation, chosen by name.
 
-Legend: B rows, T tokens per row, V vocab, S sequence slots per row (packing).
+Legend: B rows, T tokens per row, V vocab, S sequence slots per row (packing), N positions picked
+in each row.
 Alignment: `logp_BT[b, t]` is log p(tokens[b, t] | tokens[b, :t]) from the logits at t-1;
 column 0 has no prediction and is 0. Every per-token array below uses this alignment.
 Segments: `segment_ids_BT` is 1..S for the sequences packed into a row, 0 for padding.
@@ -60,23 +61,27 @@ class Segments(NamedTuple):
 
 
 def token_logprobs(logits_BTV, tokens_BT, with_entropy: bool = True):
-  """Log-probs of the tokens (aligned as in the module docstring) and the entropy at each.
+  """Log-probs of the tokens (aligned as in the module docstring) and the entropy at each."""
+  logp_BT, ent_BT = target_logprobs(logits_BTV[:, :-1], tokens_BT[:, 1:], with_entropy)
+  pad = ((0, 0), (1, 0))
+  return jnp.pad(logp_BT, pad), None if ent_BT is None else jnp.pad(ent_BT, pad)
+
+
+def target_logprobs(logits_BNV, targets_BN, with_entropy: bool = True):
+  """log p(targets[b, n]) under the logits at [b, n] (no shift) and the entropy there.
 
   One exp pass serves the log-normaliser, its gradient and the entropy, so the entropy
   metric costs little next to a plain cross-entropy.
   """
-  logits = logits_BTV[:, :-1].astype(jnp.float32)
-  m_BT1 = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
-  e_BTV = jnp.exp(logits - m_BT1)
-  s_BT = jnp.sum(e_BTV, axis=-1)
-  lse_BT = jnp.log(s_BT) + m_BT1[..., 0]
-  picked_BT = jnp.take_along_axis(logits, tokens_BT[:, 1:, None], axis=-1)[..., 0]
-  pad = ((0, 0), (1, 0))
-  logp_BT = jnp.pad(picked_BT - lse_BT, pad)
+  logits = logits_BNV.astype(jnp.float32)
+  m_BN1 = jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+  e_BNV = jnp.exp(logits - m_BN1)
+  s_BN = jnp.sum(e_BNV, axis=-1)
+  lse_BN = jnp.log(s_BN) + m_BN1[..., 0]
+  picked_BN = jnp.take_along_axis(logits, targets_BN[..., None], axis=-1)[..., 0]
   if not with_entropy:
-    return logp_BT, None
-  ent_BT = lse_BT - jnp.sum(e_BTV * logits, axis=-1) / s_BT
-  return logp_BT, jnp.pad(ent_BT, pad)
+    return picked_BN - lse_BN, None
+  return picked_BN - lse_BN, lse_BN - jnp.sum(e_BNV * logits, axis=-1) / s_BN
 
 
 def _ratio(log_ratio_BT, cfg: LossConfig):

@@ -1,6 +1,7 @@
 """The jitted, sharded GRPO-family update: `train_step(state, batch) -> (state, metrics)`.
 
-Legend: B rows, T tokens per row, S sequence slots per row, M micro-batches.
+Legend: B rows, T tokens per row, S sequence slots per row, M micro-batches, N LM-head
+positions per row.
 
 Batch format (a flat dict of NumPy arrays built by the host loop; rl.packing.pack builds it):
   tokens_BT              int32  token ids; padding anywhere with segment id 0
@@ -25,14 +26,22 @@ batch mesh axes and by TrainConfig.micro_batches.
 Micro-batches take rows m, m+M, m+2M, ... so each one is spread over every data shard. All
 denominators (token and sequence counts) and the advantages come from the whole batch, so the
 accumulated gradient equals the gradient of one big batch.
+
+The LM head (and the log-softmax) runs only where a log-prob is used: at n_logits positions
+per row that cover every loss token, n_logits being the most loss tokens in a row of the host
+batch rounded up to one of TrainConfig.logit_buckets static lengths (one compile per length
+met; the full length runs the plain path). Losses, gradients and metrics are those of the
+full-logits path; log-probs outside the loss mask are 0.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh
 
@@ -63,25 +72,68 @@ def target_mask(segment_ids_BT):
   return jnp.pad(same_BT, ((0, 0), (1, 0))).astype(jnp.float32)
 
 
-def forward_logprobs(params, batch, model_cfg: ModelConfig, with_entropy: bool):
-  """(logp_BT, entropy_BT or None, moe aux loss) of the batch's tokens under `params`."""
-  logits_BTV, aux = transformer.apply(
-    params,
-    batch["tokens_BT"],
-    model_cfg,
-    positions_BT=batch["positions_BT"],
-    segment_ids_BT=batch["segment_ids_BT"],
-    return_aux=True,
+def logit_count(batch, buckets: int) -> int | None:
+  """Static LM-head length for a host batch: None (every position) or n_logits < T.
+
+  n_logits is the most loss tokens (with a predecessor in their sequence) in one row, rounded
+  up to a multiple of ceil(T / buckets) (a multiple of 8).
+  """
+  mask, seg = batch["loss_mask_BT"], batch["segment_ids_BT"]
+  if buckets < 1 or any(
+    isinstance(x, jax.Array) and not x.is_fully_addressable for x in (mask, seg)
+  ):
+    return None
+  mask, seg = np.asarray(mask) > 0, np.asarray(seg)
+  T = mask.shape[1]
+  need = (mask[:, 1:] & (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0)).sum(1).max(initial=0)
+  unit = 8 * math.ceil(T / buckets / 8)
+  n = unit * max(math.ceil(need / unit), 1)
+  return None if n >= T else n
+
+
+def pick_index(select_BT, n: int):
+  """Per row, n distinct token indices: every t with select_BT[b, t] > 0, then fillers."""
+  return jnp.argsort(select_BT <= 0, axis=1, stable=True)[:, :n].astype(jnp.int32)
+
+
+def forward_logprobs(
+  params, batch, model_cfg: ModelConfig, with_entropy: bool, n_logits=None, select_BT=None
+):
+  """(logp_BT, entropy_BT or None, moe aux loss) of the batch's tokens under `params`.
+
+  With n_logits, the LM head runs only at n_logits positions per row covering every t with
+  select_BT[b, t] > 0 (at most n_logits per row); logp and entropy are 0 at the others.
+  """
+  tokens_BT = batch["tokens_BT"]
+  kw = dict(
+    positions_BT=batch["positions_BT"], segment_ids_BT=batch["segment_ids_BT"], return_aux=True
   )
-  logp_BT, ent_BT = losses.token_logprobs(logits_BTV, batch["tokens_BT"], with_entropy)
+  if n_logits is None:
+    logits_BTV, aux = transformer.apply(params, tokens_BT, model_cfg, **kw)
+    logp_BT, ent_BT = losses.token_logprobs(logits_BTV, tokens_BT, with_entropy)
+  else:
+    idx_BN = pick_index(select_BT, n_logits)  # token t is scored by the logits at t - 1
+    head_BN = jnp.maximum(idx_BN - 1, 0)
+    logits_BNV, aux = transformer.apply(params, tokens_BT, model_cfg, logit_index_BN=head_BN, **kw)
+    targets_BN = jnp.take_along_axis(tokens_BT, idx_BN, axis=1)
+    logp_BN, ent_BN = losses.target_logprobs(logits_BNV, targets_BN, with_entropy)
+    scatter = jax.vmap(lambda i_N, x_N: jnp.zeros(tokens_BT.shape[1], jnp.float32).at[i_N].set(x_N))
+    to_tokens = lambda x_BN: scatter(idx_BN, jnp.where(idx_BN > 0, x_BN, 0.0))
+    logp_BT, ent_BT = to_tokens(logp_BN), None if ent_BN is None else to_tokens(ent_BN)
   # apply returns HF's load-balancing loss unscaled; 0 for dense models.
   return logp_BT, ent_BT, aux["moe_aux_loss"] * model_cfg.router_aux_coef
 
 
-def compute_logprobs(params, batch, model_cfg: ModelConfig):
-  """Proximal / reference forward: log-probs aligned with the tokens, 0 where none."""
-  logp_BT, _, _ = forward_logprobs(params, batch, model_cfg, with_entropy=False)
-  return jax.lax.stop_gradient(logp_BT) * target_mask(batch["segment_ids_BT"])
+def compute_logprobs(params, batch, model_cfg: ModelConfig, n_logits=None):
+  """Proximal / reference forward: log-probs aligned with the tokens, 0 where none.
+
+  With n_logits (see `forward_logprobs`) only at loss_mask_BT tokens, 0 elsewhere.
+  """
+  keep_BT = target_mask(batch["segment_ids_BT"])
+  if n_logits is not None:
+    keep_BT = keep_BT * (batch["loss_mask_BT"] > 0)
+  logp_BT, _, _ = forward_logprobs(params, batch, model_cfg, False, n_logits, keep_BT)
+  return jax.lax.stop_gradient(logp_BT) * keep_BT
 
 
 def prepare(batch, cfg: LossConfig):
@@ -133,10 +185,14 @@ def _seq_stats(adv_BS, rew_BS, valid_BS, len_BS):
   }
 
 
-def micro_loss(params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig):
+def micro_loss(
+  params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig, n_logits=None
+):
   """Loss of one micro-batch (its share of the whole-batch loss) and metric sums."""
   with_ent = cfg.compute_entropy or cfg.entropy_coef != 0.0
-  logp_BT, ent_BT, aux_loss = forward_logprobs(params, mb, model_cfg, with_ent)
+  logp_BT, ent_BT, aux_loss = forward_logprobs(
+    params, mb, model_cfg, with_ent, n_logits, mb["loss_mask_BT"]
+  )
   cur_sg = jax.lax.stop_gradient(logp_BT)
   segs = losses.Segments.make(mb["segment_ids_BT"], mb["advantages_BS"].shape[1])
   inputs = {
@@ -148,7 +204,7 @@ def micro_loss(params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: Loss
   if cfg.kl != "none":
     ref = mb.get("ref_logprobs_BT")
     inputs["ref_logprobs_BT"] = (
-      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg)
+      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg, n_logits)
     )
   loss, metrics = losses.loss_from_logprobs(logp_BT, ent_BT, inputs, segs, denoms, cfg)
   metrics["sum"]["moe_aux_loss"] = jax.lax.stop_gradient(aux_loss)
@@ -187,12 +243,12 @@ def _identity_like(shapes):
   )
 
 
-def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig):
+def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, n_logits=None):
   """Sum of gradients, losses and metric sums over the micro-batches (lax.scan when M > 1)."""
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
   def run(mb):
-    (loss, met), grads = grad_fn(params, mb, ref_params, denoms, model_cfg, cfg.loss)
+    (loss, met), grads = grad_fn(params, mb, ref_params, denoms, model_cfg, cfg.loss, n_logits)
     return grads, loss, met
 
   m = cfg.micro_batches
@@ -209,13 +265,18 @@ def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig):
   return acc
 
 
-def compute_grads(params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig):
-  """(grads, loss, metrics) of a whole batch, accumulated over cfg.micro_batches."""
+def compute_grads(
+  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, n_logits=None
+):
+  """(grads, loss, metrics) of a whole batch, accumulated over cfg.micro_batches.
+
+  n_logits: None, or LM-head positions per row (>= `logit_count` of the batch).
+  """
   mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
   denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
   work = {k: v for k, v in batch.items() if k in _PER_TOKEN_INPUTS}
   work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
-  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg)
+  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg, n_logits)
   n_tok = jnp.maximum(denoms.n_tokens, 1.0)
   metrics = {k: v / n_tok for k, v in met["sum"].items() if k != "moe_aux_loss"}
   metrics["moe_aux_loss"] = met["sum"]["moe_aux_loss"] / cfg.micro_batches
@@ -225,16 +286,47 @@ def compute_grads(params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainC
   return grads, loss, metrics
 
 
-def train_step(state: TrainState, batch, *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh):
+def train_step(
+  state: TrainState, batch, n_logits=None, *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh
+):
   """One optimizer update from one batch (format in the module docstring)."""
   with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
-    grads, _, metrics = compute_grads(state.params, state.ref_params, batch, model_cfg, cfg)
+    grads, _, metrics = compute_grads(
+      state.params, state.ref_params, batch, model_cfg, cfg, n_logits
+    )
     tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
   metrics["lr"] = lr_schedule(cfg.optim)(state.step)
   new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
   return new_state, metrics
+
+
+class BucketedStep:
+  """A jitted `train_step` called with the static n_logits of each host batch (`logit_count`)."""
+
+  def __init__(self, jitted, buckets: int):
+    self.jitted, self.buckets = jitted, buckets
+
+  def _args(self, state, batch):
+    return state, batch, logit_count(batch, self.buckets)
+
+  def __call__(self, state, batch):
+    return self.jitted(*self._args(state, batch))
+
+  def trace(self, state, batch):
+    return self.jitted.trace(*self._args(state, batch))
+
+  def lower(self, state, batch):
+    return self.jitted.lower(*self._args(state, batch))
+
+  def _cache_size(self) -> int:
+    return self.jitted._cache_size()
+
+
+def _buckets(cfg: TrainConfig, mesh: Mesh) -> int:
+  # Picking positions along a sequence-sharded length axis would gather it; not worth it.
+  return 0 if mesh.shape.get("sequence", 1) > 1 else cfg.logit_buckets
 
 
 def make_train_step(
@@ -244,12 +336,13 @@ def make_train_step(
   state_shardings,
   batch_like,
   compiler_options=None,
-):
+) -> BucketedStep:
   """jit(train_step) with in/out shardings and the state donated.
 
   batch_like: a batch (or a dict of ShapeDtypeStructs) with the keys and shapes every call
-  will use; a batch of other keys or shapes compiles again. compiler_options go to XLA
-  (the tests pass {"xla_backend_optimization_level": 0} to halve CPU compile time).
+  will use; a batch of other keys or shapes compiles again, as does each new LM-head length
+  (at most TrainConfig.logit_buckets). compiler_options go to XLA (the tests pass
+  {"xla_backend_optimization_level": 0} to halve CPU compile time).
   """
   rules = merge_rules(overrides=cfg.rules)
   b_sh = sharding.batch_shardings(batch_like, mesh, rules)
@@ -259,26 +352,48 @@ def make_train_step(
       f"{batch_like['tokens_BT'].shape[0]} rows of the batch"
     )
   fn = functools.partial(train_step, model_cfg=model_cfg, cfg=cfg, mesh=mesh)
-  return jax.jit(
+  jitted = jax.jit(
     fn,
     in_shardings=(state_shardings, b_sh),
     out_shardings=(state_shardings, sharding.replicated(mesh)),
+    static_argnums=(2,),
     donate_argnums=(0,),
     compiler_options=compiler_options,
   )
+  return BucketedStep(jitted, _buckets(cfg, mesh))
 
 
 def make_compute_logprobs(
-  model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, param_shardings, batch_like
+  model_cfg: ModelConfig,
+  cfg: TrainConfig,
+  mesh: Mesh,
+  param_shardings,
+  batch_like,
+  loss_only: bool = False,
 ):
-  """jit(compute_logprobs) for the proximal or reference forward of a host batch."""
+  """jit(compute_logprobs) for the proximal or reference forward of a host batch.
+
+  loss_only: log-probs only at loss_mask_BT tokens (0 elsewhere), the LM head run only there
+  (bucketed by TrainConfig.logit_buckets as in the update); all a loss ever reads.
+  """
   rules = merge_rules(overrides=cfg.rules)
-  keys = ("tokens_BT", "positions_BT", "segment_ids_BT")
+  keys = ("tokens_BT", "positions_BT", "segment_ids_BT") + (("loss_mask_BT",) if loss_only else ())
   b_sh = sharding.batch_shardings({k: batch_like[k] for k in keys}, mesh, rules)
+  buckets = _buckets(cfg, mesh) if loss_only else 0
 
-  def fn(params, batch):
+  def fn(params, batch, n_logits):
     with use_mesh_rules(mesh, rules):
-      return compute_logprobs(params, batch, model_cfg)
+      return compute_logprobs(params, batch, model_cfg, n_logits)
 
-  jitted = jax.jit(fn, in_shardings=(param_shardings, b_sh), out_shardings=b_sh["tokens_BT"])
-  return lambda params, batch: jitted(params, {k: batch[k] for k in keys})
+  jitted = jax.jit(
+    fn,
+    in_shardings=(param_shardings, b_sh),
+    out_shardings=b_sh["tokens_BT"],
+    static_argnums=(2,),
+  )
+
+  def logprobs(params, batch):
+    batch = {k: batch[k] for k in keys}
+    return jitted(params, batch, logit_count(batch, buckets) if loss_only else None)
+
+  return logprobs

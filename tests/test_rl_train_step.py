@@ -7,12 +7,13 @@ import jax
 import numpy as np
 import pytest
 
+from models import transformer
 from models.config import tiny
 from parallel.mesh import MeshConfig, make_mesh, single_device_mesh
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.packing import pack
 from rl.train_state import create_train_state
-from rl.train_step import compute_grads, make_compute_logprobs, make_train_step
+from rl.train_step import compute_grads, logit_count, make_compute_logprobs, make_train_step
 
 DENSE = tiny("qwen3", vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
 MOE = tiny(
@@ -225,3 +226,79 @@ def test_batch_errors():
   batch = batch_of(trajectories())
   with pytest.raises(ValueError, match="micro_batches=3 must be >= 1 and divide the 8 rows"):
     make_train_step(DENSE, cfg, mesh, None, batch)
+
+
+def test_logit_count_by_hand():
+  seg = np.zeros((2, 32), np.int32)
+  seg[0, :8] = [1, 1, 1, 1, 2, 2, 2, 0]
+  seg[1, :] = 1
+  mask = np.zeros((2, 32), np.float32)
+  mask[0, :8] = [1, 1, 0, 1, 1, 1, 0, 1]  # scores tokens 1, 3, 5 (0 and 4 start a sequence)
+  mask[1, 3:12] = 1  # 9 tokens
+  batch = {"segment_ids_BT": seg, "loss_mask_BT": mask}
+  # 9 rounded up to a multiple of ceil(32 / buckets), itself a multiple of 8; 32 means all.
+  assert [logit_count(batch, n) for n in (8, 4, 2, 1, 0)] == [16, 16, 16, None, None]
+  batch["loss_mask_BT"] = mask * (np.arange(32) < 8)  # row 1: tokens 3..7, row 0: 3 tokens
+  assert [logit_count(batch, n) for n in (4, 2)] == [8, 16]
+  batch["loss_mask_BT"] = 0 * mask
+  assert logit_count(batch, 4) == 8  # nothing to score: the smallest length
+
+
+def test_apply_logits_at_picked_positions_equal_full_logits(params):
+  tokens = np.random.default_rng(0).integers(0, 64, (2, 12)).astype(np.int32)
+  idx = np.array([[0, 5, 11], [3, 3, 7]], np.int32)
+  full = np.asarray(transformer.apply(params, tokens, DENSE))
+  got = np.asarray(transformer.apply(params, tokens, DENSE, logit_index_BN=idx))
+  np.testing.assert_allclose(got, np.take_along_axis(full, idx[..., None], axis=1), rtol=1e-5)
+
+
+def test_compute_logprobs_at_loss_tokens_equal_full(params):
+  batch = batch_of(trajectories(seed=6))
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  mesh = single_device_mesh()
+  full = make_compute_logprobs(DENSE, TrainConfig(), mesh, p_sh, batch)(params, batch)
+  loss_only = make_compute_logprobs(DENSE, TrainConfig(), mesh, p_sh, batch, loss_only=True)
+  picked = np.asarray(loss_only(params, batch))
+  keep = (batch["loss_mask_BT"] > 0) & (batch["positions_BT"] > 0)
+  assert keep.sum() > 100 and (np.asarray(full)[~keep] != 0).any()
+  np.testing.assert_allclose(picked, np.where(keep, full, 0.0), rtol=1e-5, atol=1e-6)
+
+
+@functools.lru_cache
+def _picked_grads_fn(loss_cfg, micro, n_logits):
+  cfg = TrainConfig(loss=loss_cfg, micro_batches=micro)
+  fn = lambda p, r, b: compute_grads(p, r, b, DENSE, cfg, n_logits)
+  return jax.jit(fn, compiler_options=FAST)
+
+
+def test_logits_at_loss_tokens_grads_equal_full_logits(params):
+  """Micro-batches, the reference forward inside the step, decoupled PPO and entropy."""
+  batch = batch_of(trajectories(seed=2))
+  n = logit_count(batch, 4)
+  assert n == 24 < batch["tokens_BT"].shape[1]
+  cfg = dataclasses.replace(RICH, compute_entropy=True, entropy_coef=0.01)
+  ref = jax.tree.map(lambda x: x * 0.9, params)
+  g0, l0, m0 = _picked_grads_fn(cfg, 2, None)(params, ref, batch)
+  g1, l1, m1 = _picked_grads_fn(cfg, 2, n)(params, ref, batch)
+  assert float(m0["kl"]) > 0 and float(m0["entropy"]) > 0
+  np.testing.assert_allclose(float(l1), float(l0), rtol=1e-5)
+  assert_trees_close(m1, m0, rtol=1e-5, atol=1e-6)
+  assert_trees_close(g1, g0, rtol=1e-4, atol=1e-7)
+
+
+def test_logits_at_loss_tokens_step_equals_full_logits_sharded():
+  """The default step (LM head at the loss tokens only) on 8 devices == every position on one:
+  losses, KL and entropy metrics and the updated params."""
+  batch = batch_of(trajectories(seed=4))
+  loss = LossConfig(kl="k3", kl_coef=0.05, compute_entropy=True, entropy_coef=0.01)
+  full = TrainConfig(loss=loss, optim=OPT, logit_buckets=0)
+  ref_state, ref_m, ref_losses, ref_step = run_steps(DENSE, full, single_device_mesh(), batch)
+  cfg8 = dataclasses.replace(full, logit_buckets=4, mesh=MeshConfig(data=2, fsdp=2, tensor=2))
+  state, m, losses, step = run_steps(DENSE, cfg8, make_mesh(cfg8.mesh), batch)
+  assert "f32[8,24,64]" in str(step.trace(state, batch).jaxpr)  # the head at 24 of 32
+  assert "f32[8,24,64]" not in str(ref_step.trace(ref_state, batch).jaxpr)
+  assert step._cache_size() == 1
+  assert float(m["kl"]) > 0 and float(m["entropy"]) > 0
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+  assert_trees_close(m, ref_m, rtol=1e-4, atol=1e-6)
+  assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)

@@ -93,7 +93,7 @@ def unstack_layers(params):
   return out
 
 
-def _unembed(params, x_BTD, cfg):
+def unembed(params, x_BTD, cfg):
   """The LM head; run-layout params carry an untied [D, V] copy (see unstack_layers)."""
   if cfg.tie_embeddings and "lm_head" in params:
     cfg = dataclasses.replace(cfg, tie_embeddings=False)
@@ -162,7 +162,7 @@ def prefill_fn(params, tokens_BT, start_B, true_length_B, sampling, ctx, *, cfg:
   x, _, (k_LBTKd, v_LBTKd) = _run_layers(params, cfg, x, None, body)
   last_B = jnp.maximum(true_length_B - 1, 0)
   x_last = jnp.take_along_axis(x, last_B[:, None, None], axis=1)
-  logits_BV = _unembed(params, x_last, cfg)[:, 0]
+  logits_BV = unembed(params, x_last, cfg)[:, 0]
   length_B = start_B + true_length_B
   token_B, logprob_B = smp.sample_logprobs(logits_BV, sampling, length_B)
   return Prefix(k_LBTKd, v_LBTKd, start_B, length_B, token_B, logprob_B, sampling)
@@ -246,7 +246,7 @@ def decode_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, page
     return x, cache, None
 
   x, cache, _ = _run_layers(params, cfg, x, state.cache, body)
-  logits_SV = _unembed(params, x, cfg)[:, 0]
+  logits_SV = unembed(params, x, cfg)[:, 0]
   token_S, logprob_S = smp.sample_logprobs(logits_SV, state.sampling, pos_S + 1)
   # Idle slots keep stepping (their page rows are NULL, so writes go nowhere); cap their length.
   lengths_S = jnp.minimum(state.lengths_S + 1, cfg.max_seq_len - 1)

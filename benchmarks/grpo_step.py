@@ -1,13 +1,14 @@
 r"""Wall time of one full GRPO step: rollout + reference forward + update.
 
-  python benchmarks/grpo_step.py [--repeats=3] [--preset=qwen3_20m]
+  python benchmarks/grpo_step.py [--repeats=3] [--plain]
 
 8 prompts x G=4 samples, prompt 64 tokens, 128 new tokens (no early stop), KL to the
 reference with beta=0.04 (k3), fp32, on `models.config.qwen3_20m()` (vocab 8192, width 512,
 GQA 8/2). Rollout runs through the continuous-batching Generator (32 slots, paged KV cache);
 the reference log-probs come from the jitted `compute_logprobs` on the reference params (only
 at the loss tokens; they stay on the device); the update is the jitted, donated `train_step`
-(PPO-clip, token-mean, AdamW), whose LM head also runs only at the loss tokens. Compilation is
+(PPO-clip, token-mean, AdamW). Both run each prompt once for its G rows and the LM head only
+at the loss tokens (`rl.layout`; `--plain` turns both off for a baseline in the same run). Compilation is
 excluded (one warm-up step); the median of `--repeats` steps is reported.
 Reference (the closest JAX peer on this machine): 19 s (rollout 6.9, reference 2.5, update 10.2);
 target <= 11 s.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -66,18 +68,23 @@ def one_step(gen, state, step_fn, ref_fn, rng, seed):
   jax.block_until_ready(metrics["loss"])
   t3 = time.perf_counter()
   gen.load_params(state.params, seed)
-  return state, {
-    "rollout_s": t1 - t0,
-    "reference_s": t2 - t1,
-    "update_s": t3 - t2,
-    "total_s": t3 - t0,
-    "new_tokens": sum(len(r.tokens) for r in results),
-  }
+  return (
+    state,
+    step_fn.plan(batch),
+    {
+      "rollout_s": t1 - t0,
+      "reference_s": t2 - t1,
+      "update_s": t3 - t2,
+      "total_s": t3 - t0,
+      "new_tokens": sum(len(r.tokens) for r in results),
+    },
+  )
 
 
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--plain", action="store_true", help="LM head everywhere, no shared prompts")
   args = ap.parse_args()
   cfg = mcfg.qwen3_20m()
   mesh = make_mesh(MeshConfig(fsdp=1), jax.devices()[:1])
@@ -85,6 +92,8 @@ def main():
     loss=LossConfig(kl="k3", kl_coef=0.04, compute_entropy=False),
     optim=OptimConfig(lr=1e-5),
     mesh=MeshConfig(fsdp=1),
+    logit_buckets=0 if args.plain else 4,
+    share_prefixes=not args.plain,
   )
   state, shardings = create_train_state(cfg, tc, mesh, jax.random.key(0))
   engine = Engine(
@@ -104,14 +113,14 @@ def main():
     group_ids_BS=np.zeros((P * G, 1), np.int32),
   )
   step_fn = make_train_step(cfg, tc, mesh, shardings, like)
-  ref_fn = make_compute_logprobs(cfg, tc, mesh, shardings.params, like, loss_only=True)
+  ref_fn = make_compute_logprobs(cfg, tc, mesh, shardings.params, like, loss_only=not args.plain)
   rng = np.random.default_rng(0)
   t = time.perf_counter()
-  state, _ = one_step(gen, state, step_fn, ref_fn, rng, 0)  # compiles everything
+  state, _, _ = one_step(gen, state, step_fn, ref_fn, rng, 0)  # compiles everything
   compile_s = time.perf_counter() - t
   runs = []
   for i in range(args.repeats):
-    state, r = one_step(gen, state, step_fn, ref_fn, rng, i + 1)
+    state, layout, r = one_step(gen, state, step_fn, ref_fn, rng, i + 1)
     runs.append(r)
     print(json.dumps({k: round(v, 3) for k, v in r.items()}), flush=True)
   gen.close()
@@ -125,6 +134,9 @@ def main():
         "G": G,
         "prompt_len": PROMPT,
         "new_tokens": NEW,
+        "plain": args.plain,
+        "layout": layout._asdict(),  # the last step's rl.layout.Layout
+        "load_average": [round(x, 1) for x in os.getloadavg()],
         "first_step_with_compile_s": round(compile_s, 1),
         **{f"median_{k}": round(v, 3) for k, v in med.items()},
         "peer_total_s": 19.0,

@@ -80,3 +80,4 @@ class TrainConfig:
   rules: tuple = ()  # overrides of parallel.rules.DEFAULT_RULES, e.g. ("vocab=",)
   micro_batches: int = 1  # gradient accumulation steps per update (rows split evenly)
   logit_buckets: int = 4  # LM head only at loss tokens, in <= this many static lengths; 0: all
+  share_prefixes: bool = True  # rows of a group sharing a prompt run it once (rl/layout.py)

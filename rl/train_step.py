@@ -27,31 +27,32 @@ Micro-batches take rows m, m+M, m+2M, ... so each one is spread over every data 
 denominators (token and sequence counts) and the advantages come from the whole batch, so the
 accumulated gradient equals the gradient of one big batch.
 
-The LM head (and the log-softmax) runs only where a log-prob is used: at n_logits positions
-per row that cover every loss token, n_logits being the most loss tokens in a row of the host
-batch rounded up to one of TrainConfig.logit_buckets static lengths (one compile per length
-met; the full length runs the plain path). Losses, gradients and metrics are those of the
-full-logits path; log-probs outside the loss mask are 0.
+Work skipped without changing a result (`rl.layout` reads it off each host batch, a static
+argument of the jitted step): the LM head and log-softmax run only at n_logits positions per
+row covering every loss token (one of TrainConfig.logit_buckets lengths; log-probs outside the
+loss mask are then 0), and when groups of rows share a prompt prefix (GRPO's G samples, one
+sequence per row) it runs once per group (`models.shared_prefix`, TrainConfig.share_prefixes).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from models import transformer
+from models import shared_prefix, transformer
 from models.config import ModelConfig
 from parallel import sharding
 from parallel.rules import constrain, merge_rules, use_mesh_rules
 from rl import advantages as adv_lib
 from rl import losses
 from rl.config import LossConfig, TrainConfig
+from rl.layout import Layout, plan
 from rl.train_state import TrainState, lr_schedule, make_optimizer
 
 _NAMES = {"T": ("batch", "length"), "S": ("batch", "segments")}
@@ -72,67 +73,59 @@ def target_mask(segment_ids_BT):
   return jnp.pad(same_BT, ((0, 0), (1, 0))).astype(jnp.float32)
 
 
-def logit_count(batch, buckets: int) -> int | None:
-  """Static LM-head length for a host batch: None (every position) or n_logits < T.
-
-  n_logits is the most loss tokens (with a predecessor in their sequence) in one row, rounded
-  up to a multiple of ceil(T / buckets) (a multiple of 8).
-  """
-  mask, seg = batch["loss_mask_BT"], batch["segment_ids_BT"]
-  if buckets < 1 or any(
-    isinstance(x, jax.Array) and not x.is_fully_addressable for x in (mask, seg)
-  ):
-    return None
-  mask, seg = np.asarray(mask) > 0, np.asarray(seg)
-  T = mask.shape[1]
-  need = (mask[:, 1:] & (seg[:, 1:] == seg[:, :-1]) & (seg[:, 1:] > 0)).sum(1).max(initial=0)
-  unit = 8 * math.ceil(T / buckets / 8)
-  n = unit * max(math.ceil(need / unit), 1)
-  return None if n >= T else n
-
-
 def pick_index(select_BT, n: int):
   """Per row, n distinct token indices: every t with select_BT[b, t] > 0, then fillers."""
   return jnp.argsort(select_BT <= 0, axis=1, stable=True)[:, :n].astype(jnp.int32)
 
 
+def _logits(params, batch, model_cfg: ModelConfig, layout: Layout, index_BN=None):
+  """(logits [B, T or N, V], moe aux loss) of the batch in the given layout."""
+  kw = dict(positions_BT=batch["positions_BT"], segment_ids_BT=batch["segment_ids_BT"])
+  tokens_BT = batch["tokens_BT"]
+  if layout.group > 1:
+    g, p = layout.group, layout.prefix
+    logits = shared_prefix.apply(params, tokens_BT, model_cfg, g, p, logit_index_BN=index_BN, **kw)
+    return logits, jnp.zeros((), jnp.float32)  # dense models only
+  logits, aux = transformer.apply(
+    params, tokens_BT, model_cfg, return_aux=True, logit_index_BN=index_BN, **kw
+  )
+  return logits, aux["moe_aux_loss"]
+
+
 def forward_logprobs(
-  params, batch, model_cfg: ModelConfig, with_entropy: bool, n_logits=None, select_BT=None
+  params, batch, model_cfg: ModelConfig, with_entropy: bool, layout=Layout(), select_BT=None
 ):
   """(logp_BT, entropy_BT or None, moe aux loss) of the batch's tokens under `params`.
 
-  With n_logits, the LM head runs only at n_logits positions per row covering every t with
-  select_BT[b, t] > 0 (at most n_logits per row); logp and entropy are 0 at the others.
+  With layout.n_logits, the LM head runs only at n_logits positions per row covering every t
+  with select_BT[b, t] > 0 (at most n_logits per row); logp and entropy are 0 at the others.
   """
   tokens_BT = batch["tokens_BT"]
-  kw = dict(
-    positions_BT=batch["positions_BT"], segment_ids_BT=batch["segment_ids_BT"], return_aux=True
-  )
-  if n_logits is None:
-    logits_BTV, aux = transformer.apply(params, tokens_BT, model_cfg, **kw)
+  if layout.n_logits is None:
+    logits_BTV, aux = _logits(params, batch, model_cfg, layout)
     logp_BT, ent_BT = losses.token_logprobs(logits_BTV, tokens_BT, with_entropy)
   else:
-    idx_BN = pick_index(select_BT, n_logits)  # token t is scored by the logits at t - 1
-    head_BN = jnp.maximum(idx_BN - 1, 0)
-    logits_BNV, aux = transformer.apply(params, tokens_BT, model_cfg, logit_index_BN=head_BN, **kw)
+    idx_BN = pick_index(select_BT, layout.n_logits)  # token t is scored by the logits at t - 1
+    logits_BNV, aux = _logits(params, batch, model_cfg, layout, jnp.maximum(idx_BN - 1, 0))
     targets_BN = jnp.take_along_axis(tokens_BT, idx_BN, axis=1)
     logp_BN, ent_BN = losses.target_logprobs(logits_BNV, targets_BN, with_entropy)
-    scatter = jax.vmap(lambda i_N, x_N: jnp.zeros(tokens_BT.shape[1], jnp.float32).at[i_N].set(x_N))
+    zeros_T = jnp.zeros(tokens_BT.shape[1], jnp.float32)
+    scatter = jax.vmap(lambda i_N, x_N: zeros_T.at[i_N].set(x_N))
     to_tokens = lambda x_BN: scatter(idx_BN, jnp.where(idx_BN > 0, x_BN, 0.0))
     logp_BT, ent_BT = to_tokens(logp_BN), None if ent_BN is None else to_tokens(ent_BN)
   # apply returns HF's load-balancing loss unscaled; 0 for dense models.
-  return logp_BT, ent_BT, aux["moe_aux_loss"] * model_cfg.router_aux_coef
+  return logp_BT, ent_BT, aux * model_cfg.router_aux_coef
 
 
-def compute_logprobs(params, batch, model_cfg: ModelConfig, n_logits=None):
+def compute_logprobs(params, batch, model_cfg: ModelConfig, layout=Layout()):
   """Proximal / reference forward: log-probs aligned with the tokens, 0 where none.
 
-  With n_logits (see `forward_logprobs`) only at loss_mask_BT tokens, 0 elsewhere.
+  With layout.n_logits only at loss_mask_BT tokens, 0 elsewhere.
   """
   keep_BT = target_mask(batch["segment_ids_BT"])
-  if n_logits is not None:
+  if layout.n_logits is not None:
     keep_BT = keep_BT * (batch["loss_mask_BT"] > 0)
-  logp_BT, _, _ = forward_logprobs(params, batch, model_cfg, False, n_logits, keep_BT)
+  logp_BT, _, _ = forward_logprobs(params, batch, model_cfg, False, layout, keep_BT)
   return jax.lax.stop_gradient(logp_BT) * keep_BT
 
 
@@ -186,12 +179,12 @@ def _seq_stats(adv_BS, rew_BS, valid_BS, len_BS):
 
 
 def micro_loss(
-  params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig, n_logits=None
+  params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig, layout=Layout()
 ):
   """Loss of one micro-batch (its share of the whole-batch loss) and metric sums."""
   with_ent = cfg.compute_entropy or cfg.entropy_coef != 0.0
   logp_BT, ent_BT, aux_loss = forward_logprobs(
-    params, mb, model_cfg, with_ent, n_logits, mb["loss_mask_BT"]
+    params, mb, model_cfg, with_ent, layout, mb["loss_mask_BT"]
   )
   cur_sg = jax.lax.stop_gradient(logp_BT)
   segs = losses.Segments.make(mb["segment_ids_BT"], mb["advantages_BS"].shape[1])
@@ -204,7 +197,7 @@ def micro_loss(
   if cfg.kl != "none":
     ref = mb.get("ref_logprobs_BT")
     inputs["ref_logprobs_BT"] = (
-      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg, n_logits)
+      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg, layout)
     )
   loss, metrics = losses.loss_from_logprobs(logp_BT, ent_BT, inputs, segs, denoms, cfg)
   metrics["sum"]["moe_aux_loss"] = jax.lax.stop_gradient(aux_loss)
@@ -243,12 +236,12 @@ def _identity_like(shapes):
   )
 
 
-def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, n_logits=None):
+def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, layout=Layout()):
   """Sum of gradients, losses and metric sums over the micro-batches (lax.scan when M > 1)."""
   grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
 
   def run(mb):
-    (loss, met), grads = grad_fn(params, mb, ref_params, denoms, model_cfg, cfg.loss, n_logits)
+    (loss, met), grads = grad_fn(params, mb, ref_params, denoms, model_cfg, cfg.loss, layout)
     return grads, loss, met
 
   m = cfg.micro_batches
@@ -266,17 +259,17 @@ def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, n
 
 
 def compute_grads(
-  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, n_logits=None
+  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, layout=Layout()
 ):
   """(grads, loss, metrics) of a whole batch, accumulated over cfg.micro_batches.
 
-  n_logits: None, or LM-head positions per row (>= `logit_count` of the batch).
+  layout: the batch's `rl.layout.plan` (or plain).
   """
   mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
   denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
   work = {k: v for k, v in batch.items() if k in _PER_TOKEN_INPUTS}
   work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
-  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg, n_logits)
+  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg, layout)
   n_tok = jnp.maximum(denoms.n_tokens, 1.0)
   metrics = {k: v / n_tok for k, v in met["sum"].items() if k != "moe_aux_loss"}
   metrics["moe_aux_loss"] = met["sum"]["moe_aux_loss"] / cfg.micro_batches
@@ -287,13 +280,11 @@ def compute_grads(
 
 
 def train_step(
-  state: TrainState, batch, n_logits=None, *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh
+  state: TrainState, batch, layout=Layout(), *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh
 ):
   """One optimizer update from one batch (format in the module docstring)."""
   with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
-    grads, _, metrics = compute_grads(
-      state.params, state.ref_params, batch, model_cfg, cfg, n_logits
-    )
+    grads, _, metrics = compute_grads(state.params, state.ref_params, batch, model_cfg, cfg, layout)
     tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -302,31 +293,38 @@ def train_step(
   return new_state, metrics
 
 
-class BucketedStep:
-  """A jitted `train_step` called with the static n_logits of each host batch (`logit_count`)."""
+class PlannedStep:
+  """A jitted `train_step` called with the static `rl.layout.plan` of each host batch."""
 
-  def __init__(self, jitted, buckets: int):
-    self.jitted, self.buckets = jitted, buckets
-
-  def _args(self, state, batch):
-    return state, batch, logit_count(batch, self.buckets)
+  def __init__(self, jitted, plan_fn):
+    self.jitted, self.plan = jitted, plan_fn
 
   def __call__(self, state, batch):
-    return self.jitted(*self._args(state, batch))
+    return self.jitted(state, batch, self.plan(batch))
 
   def trace(self, state, batch):
-    return self.jitted.trace(*self._args(state, batch))
+    return self.jitted.trace(state, batch, self.plan(batch))
 
   def lower(self, state, batch):
-    return self.jitted.lower(*self._args(state, batch))
+    return self.jitted.lower(state, batch, self.plan(batch))
 
   def _cache_size(self) -> int:
     return self.jitted._cache_size()
 
 
-def _buckets(cfg: TrainConfig, mesh: Mesh) -> int:
-  # Picking positions along a sequence-sharded length axis would gather it; not worth it.
-  return 0 if mesh.shape.get("sequence", 1) > 1 else cfg.logit_buckets
+def _planner(model_cfg, cfg: TrainConfig, mesh: Mesh, rows_sharding, loss_only=True):
+  """batch -> Layout; plain on a sequence-sharded mesh (picking would gather the length)."""
+  if mesh.shape.get("sequence", 1) > 1:
+    return lambda batch: Layout()
+  spec = rows_sharding.spec[0] if rows_sharding.spec else None
+  axes = (spec,) if isinstance(spec, str) else tuple(spec or ())
+  shards = math.prod(mesh.shape[a] for a in axes) * cfg.micro_batches
+
+  def plan_of(batch):
+    block = batch["tokens_BT"].shape[0] // shards
+    return plan(batch, cfg, model_cfg, block, loss_only)
+
+  return plan_of
 
 
 def make_train_step(
@@ -336,12 +334,12 @@ def make_train_step(
   state_shardings,
   batch_like,
   compiler_options=None,
-) -> BucketedStep:
+) -> PlannedStep:
   """jit(train_step) with in/out shardings and the state donated.
 
   batch_like: a batch (or a dict of ShapeDtypeStructs) with the keys and shapes every call
-  will use; a batch of other keys or shapes compiles again, as does each new LM-head length
-  (at most TrainConfig.logit_buckets). compiler_options go to XLA (the tests pass
+  will use; a batch of other keys or shapes compiles again, as does each new `rl.layout`
+  Layout (a few per run). compiler_options go to XLA (the tests pass
   {"xla_backend_optimization_level": 0} to halve CPU compile time).
   """
   rules = merge_rules(overrides=cfg.rules)
@@ -360,7 +358,7 @@ def make_train_step(
     donate_argnums=(0,),
     compiler_options=compiler_options,
   )
-  return BucketedStep(jitted, _buckets(cfg, mesh))
+  return PlannedStep(jitted, _planner(model_cfg, cfg, mesh, b_sh["tokens_BT"]))
 
 
 def make_compute_logprobs(
@@ -374,16 +372,17 @@ def make_compute_logprobs(
   """jit(compute_logprobs) for the proximal or reference forward of a host batch.
 
   loss_only: log-probs only at loss_mask_BT tokens (0 elsewhere), the LM head run only there
-  (bucketed by TrainConfig.logit_buckets as in the update); all a loss ever reads.
+  (as in the update); all a loss ever reads. Shared prompt prefixes run once either way.
   """
   rules = merge_rules(overrides=cfg.rules)
   keys = ("tokens_BT", "positions_BT", "segment_ids_BT") + (("loss_mask_BT",) if loss_only else ())
   b_sh = sharding.batch_shardings({k: batch_like[k] for k in keys}, mesh, rules)
-  buckets = _buckets(cfg, mesh) if loss_only else 0
+  one_pass = dataclasses.replace(cfg, micro_batches=1)
+  plan_of = _planner(model_cfg, one_pass, mesh, b_sh["tokens_BT"], loss_only)
 
-  def fn(params, batch, n_logits):
+  def fn(params, batch, layout):
     with use_mesh_rules(mesh, rules):
-      return compute_logprobs(params, batch, model_cfg, n_logits)
+      return compute_logprobs(params, batch, model_cfg, layout)
 
   jitted = jax.jit(
     fn,
@@ -394,6 +393,6 @@ def make_compute_logprobs(
 
   def logprobs(params, batch):
     batch = {k: batch[k] for k in keys}
-    return jitted(params, batch, logit_count(batch, buckets) if loss_only else None)
+    return jitted(params, batch, plan_of(batch))
 
   return logprobs

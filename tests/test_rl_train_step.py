@@ -11,9 +11,10 @@ from models import transformer
 from models.config import tiny
 from parallel.mesh import MeshConfig, make_mesh, single_device_mesh
 from rl.config import LossConfig, OptimConfig, TrainConfig
+from rl.layout import Layout, logit_count, plan, shared_prefix
 from rl.packing import pack
 from rl.train_state import create_train_state
-from rl.train_step import compute_grads, logit_count, make_compute_logprobs, make_train_step
+from rl.train_step import compute_grads, make_compute_logprobs, make_train_step, target_mask
 
 DENSE = tiny("qwen3", vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
 MOE = tiny(
@@ -265,9 +266,9 @@ def test_compute_logprobs_at_loss_tokens_equal_full(params):
 
 
 @functools.lru_cache
-def _picked_grads_fn(loss_cfg, micro, n_logits):
+def _planned_grads_fn(loss_cfg, micro, layout):
   cfg = TrainConfig(loss=loss_cfg, micro_batches=micro)
-  fn = lambda p, r, b: compute_grads(p, r, b, DENSE, cfg, n_logits)
+  fn = lambda p, r, b: compute_grads(p, r, b, DENSE, cfg, layout)
   return jax.jit(fn, compiler_options=FAST)
 
 
@@ -278,8 +279,8 @@ def test_logits_at_loss_tokens_grads_equal_full_logits(params):
   assert n == 24 < batch["tokens_BT"].shape[1]
   cfg = dataclasses.replace(RICH, compute_entropy=True, entropy_coef=0.01)
   ref = jax.tree.map(lambda x: x * 0.9, params)
-  g0, l0, m0 = _picked_grads_fn(cfg, 2, None)(params, ref, batch)
-  g1, l1, m1 = _picked_grads_fn(cfg, 2, n)(params, ref, batch)
+  g0, l0, m0 = _planned_grads_fn(cfg, 2, Layout())(params, ref, batch)
+  g1, l1, m1 = _planned_grads_fn(cfg, 2, Layout(n))(params, ref, batch)
   assert float(m0["kl"]) > 0 and float(m0["entropy"]) > 0
   np.testing.assert_allclose(float(l1), float(l0), rtol=1e-5)
   assert_trees_close(m1, m0, rtol=1e-5, atol=1e-6)
@@ -302,3 +303,95 @@ def test_logits_at_loss_tokens_step_equals_full_logits_sharded():
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
   assert_trees_close(m, ref_m, rtol=1e-4, atol=1e-6)
   assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)
+
+
+def grpo_batch(prompts=4, group=4, prompt_len=18, new=14, seed=7):
+  """Single-turn GRPO rows, one sequence each: G consecutive rows per prompt; every third
+  completion stops early (padding after it)."""
+  rng = np.random.default_rng(seed)
+  trajs = []
+  for i in range(prompts):
+    prompt = rng.integers(1, 64, prompt_len)
+    for _ in range(group):
+      tokens = np.concatenate([prompt, rng.integers(1, 64, new)])
+      trajs.append(
+        dict(
+          tokens=tokens,
+          loss_mask=np.r_[np.zeros(prompt_len), np.ones(new)].astype(np.float32),
+          behaviour_logprobs=(-rng.random(len(tokens)) * 3).astype(np.float32),
+          reward=float(rng.integers(0, 2)),
+          group_id=i,
+        )
+      )
+  batch = pack(trajs, prompt_len + new, max_segments=1)[0]
+  for r in range(0, prompts * group, 3):
+    stop = int(rng.integers(prompt_len + 2, prompt_len + new))
+    for k in ("tokens_BT", "positions_BT", "segment_ids_BT", "loss_mask_BT"):
+      batch[k][r, stop:] = 0
+  return batch
+
+
+def test_layout_plan_by_hand():
+  batch = grpo_batch()  # 16 rows of 32 tokens: 4 prompts of 18 tokens, 4 rows each
+  assert plan(batch, TrainConfig(), DENSE, block_rows=16) == Layout(16, 4, 16)
+  assert plan(batch, TrainConfig(), DENSE, block_rows=2) == Layout(16, 2, 16)  # 8 devices
+  assert plan(batch, TrainConfig(), DENSE, 16, loss_only=False) == Layout(None, 4, 16)
+  assert plan(batch, TrainConfig(share_prefixes=False), DENSE, 16) == Layout(16)
+  assert plan(batch, TrainConfig(), MOE, 16) == Layout(16)  # MoE statistics count every row
+  # Micro-batch m holds rows m, m+2, ...: rows 0 and 2 share a prompt, 0, 2, 4, 6 do not.
+  assert shared_prefix(batch, block_rows=8, micro_batches=2) == (2, 16)
+  assert shared_prefix(batch_of(trajectories()), block_rows=8) == (1, 0)  # no common prompt
+  # Positions restarting after the prompt would let prompt tokens see completion tokens.
+  restart = dict(
+    batch, positions_BT=np.where(batch["positions_BT"] >= 18, 0, batch["positions_BT"])
+  )
+  assert shared_prefix(restart, block_rows=16) == (1, 0)
+  short = {k: v[:, :10] for k, v in batch.items() if k.endswith("_BT")}
+  assert shared_prefix(short, block_rows=16) == (1, 0)  # a prefix under 16 tokens: not worth it
+
+
+def test_shared_prefix_grads_equal_plain_with_micro_batches(params):
+  """Micro-batches (groups of 2 in micro-batch order), the reference forward inside the step,
+  decoupled PPO, KL and entropy: the shared-prefix layout == the plain one."""
+  batch = grpo_batch()
+  cfg = dataclasses.replace(RICH, compute_entropy=True, entropy_coef=0.01)
+  ref = jax.tree.map(lambda x: x * 0.9, params)
+  g0, l0, m0 = _planned_grads_fn(cfg, 2, Layout())(params, ref, batch)
+  g1, l1, m1 = _planned_grads_fn(cfg, 2, Layout(16, 2, 16))(params, ref, batch)
+  assert float(m0["kl"]) > 0 and float(m0["entropy"]) > 0
+  np.testing.assert_allclose(float(l1), float(l0), rtol=1e-5)
+  assert_trees_close(m1, m0, rtol=1e-5, atol=1e-6)
+  assert_trees_close(g1, g0, rtol=1e-4, atol=1e-7)
+
+
+def test_shared_prefix_step_and_reference_equal_plain_sharded(params):
+  """The default step and reference forward on 8 devices (each prompt run once per group, the
+  LM head at the loss tokens) == the plain ones on one device."""
+  batch = grpo_batch()
+  loss = LossConfig(kl="k3", kl_coef=0.05, compute_entropy=True)
+  plain = TrainConfig(loss=loss, optim=OPT, logit_buckets=0, share_prefixes=False)
+  one = single_device_mesh()
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  ref_plain = make_compute_logprobs(DENSE, plain, one, p_sh, batch)(params, batch)
+  given = dict(batch, ref_logprobs_BT=np.asarray(ref_plain) * 0.98)  # a reference unlike pi
+  want_state, want_m, want_losses, plain_step = run_steps(DENSE, plain, one, given)
+  cfg8 = dataclasses.replace(plain, logit_buckets=4, share_prefixes=True)
+  cfg8 = dataclasses.replace(cfg8, mesh=MeshConfig(data=2, fsdp=2, tensor=2))
+  state, m, losses, step = run_steps(DENSE, cfg8, make_mesh(cfg8.mesh), given)
+  assert step.plan(given) == Layout(16, 4, 16)
+  assert "f32[4,16,32]" in str(step.trace(state, given).jaxpr)  # 4 prompt rows of 16 tokens
+  assert "f32[4,16,32]" not in str(plain_step.trace(want_state, given).jaxpr)
+  assert step._cache_size() == 1
+  np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+  assert_trees_close(m, want_m, rtol=1e-4, atol=1e-6)
+  assert_trees_close(state.params, want_state.params, rtol=1e-4, atol=1e-6)
+  # The reference forward shares the prompts too (every log-prob, or the loss tokens only).
+  mesh8 = make_mesh(cfg8.mesh)
+  p8 = jax.device_put(params, jax.tree.map(lambda x: x.sharding, state.params))
+  keep = np.asarray(target_mask(batch["segment_ids_BT"])) > 0
+  for loss_only in (False, True):
+    got = make_compute_logprobs(
+      DENSE, cfg8, mesh8, jax.tree.map(lambda x: x.sharding, p8), batch, loss_only
+    )(p8, batch)
+    want = np.where(keep & (batch["loss_mask_BT"] > 0 if loss_only else True), ref_plain, 0.0)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)

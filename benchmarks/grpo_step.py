@@ -41,9 +41,9 @@ P, G, PROMPT, NEW = 8, 4, 64, 128
 def one_step(gen, state, step_fn, ref_fn, rng, seed):
   prompts = [rng.integers(0, 8192, PROMPT).tolist() for _ in range(P)]
   reqs = [
-    GenerationRequest(p, NEW, SamplingParams(seed=seed * 1000 + i))
+    GenerationRequest(p, NEW, SamplingParams(seed=seed * 1000 + i * G + j))  # G distinct samples
     for i, p in enumerate(prompts)
-    for _ in range(G)
+    for j in range(G)
   ]
   t0 = time.perf_counter()
   results = gen.generate(reqs)

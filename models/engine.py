@@ -254,10 +254,23 @@ def decode_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, page
   return new, StepOutput(token_S, logprob_S)
 
 
+def decode_steps_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, pages=None,
+                    steps: int = 2):  # fmt: skip
+  """`steps` decode steps in one call (one host round trip); StepOutput arrays are [steps, S]."""
+
+  def body(st, _):
+    return decode_fn(params, st, cfg=cfg, window=window, pages=pages)
+
+  return jax.lax.scan(body, state, None, length=steps)
+
+
 # Module-level jits (cfg static) so engines of the same config share compiled steps.
 _PREFILL_JIT = jax.jit(prefill_fn, static_argnames=("cfg",))
 _INSERT_JIT = jax.jit(insert_fn, static_argnames=("window",), donate_argnums=(1,))
 _GENERATE_JIT = jax.jit(decode_fn, static_argnames=("cfg", "window", "pages"), donate_argnums=(1,))
+_GENERATE_STEPS_JIT = jax.jit(
+  decode_steps_fn, static_argnames=("cfg", "window", "pages", "steps"), donate_argnums=(1,)
+)
 _QUANTIZE_JIT = jax.jit(quant.quantize_params)
 _UNSTACK_JIT = jax.jit(unstack_layers)
 
@@ -308,6 +321,7 @@ class Engine:
     self._prefill_jit = functools.partial(_PREFILL_JIT, cfg=model_cfg)
     self._insert_jit = functools.partial(_INSERT_JIT, window=window)
     self._generate_jit = functools.partial(_GENERATE_JIT, cfg=model_cfg, window=window)
+    self._generate_steps_jit = functools.partial(_GENERATE_STEPS_JIT, cfg=model_cfg, window=window)
 
   # -- JetStream Engine API ---------------------------------------------------------------
   def _prepare(self, params):
@@ -385,12 +399,18 @@ class Engine:
     rows_BM = np.asarray(page_row, np.int32).reshape(len(slots_B), -1)
     return self._insert_jit(prefix, decode_state, jnp.asarray(slots_B), jnp.asarray(rows_BM))
 
-  def generate(self, params=None, decode_state: DecodeState = None, *, pages: int | None = None):
-    """One decode step over all slots: (new state, StepOutput). Dispatches asynchronously.
+  def generate(
+    self, params=None, decode_state: DecodeState = None, *, pages: int | None = None,
+    steps: int = 1,
+  ):  # fmt: skip
+    """Decode step(s) over all slots: (new state, StepOutput). Dispatches asynchronously.
 
     `pages` (see attention_pages) bounds the page-table entries attended to; None: all.
+    `steps` > 1 runs that many steps in one call; the StepOutput arrays are then [steps, S].
     """
-    return self._generate_jit(self._resolve(params), decode_state, pages=pages)
+    if steps == 1:
+      return self._generate_jit(self._resolve(params), decode_state, pages=pages)
+    return self._generate_steps_jit(self._resolve(params), decode_state, pages=pages, steps=steps)
 
   def attention_pages(self, n_tokens: int) -> int | None:
     """Power-of-two bucket of the pages holding n_tokens; None (all) when that is every page

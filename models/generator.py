@@ -1,9 +1,10 @@
 """Continuous-batching generator: thread-safe submit() -> Future over an Engine's decode slots.
 
-A background thread admits requests as slots and pages free up, runs one jitted decode step
-over all slots at a time and reads each step's tokens one step late, so the device always has
-the next step queued while the host handles the previous one (a finished request therefore
-costs one discarded token of compute). Pages are reserved for prompt + max_new_tokens at
+A background thread admits requests as slots and pages free up, runs jitted decode steps over
+all slots and reads each dispatch's tokens one dispatch late, so the device always has the next
+work queued while the host handles the previous one (a finished request therefore costs a few
+discarded tokens of compute). A dispatch is `decode_chunk` steps in one call (one host round
+trip) while no running request can reach its token limit inside it, else a single step. Pages are reserved for prompt + max_new_tokens at
 admission (so a running request never runs out) but allocated as tokens arrive.
 
 Prefix reuse: a request with a `session_id` keeps its pages after it finishes, together with the
@@ -92,10 +93,11 @@ class Generator:
 
   def __init__(
     self, engine: Engine, *, tokenizer=None, prefix_caching: bool = False,
-    max_prefill_batch: int = 16, max_prefill_tokens: int = 4096,
+    max_prefill_batch: int = 16, max_prefill_tokens: int = 4096, decode_chunk: int = 8,
   ):  # fmt: skip
     self.engine, self.tokenizer = engine, tokenizer
     self.max_prefill_batch, self.max_prefill_tokens = max_prefill_batch, max_prefill_tokens
+    self.decode_chunk = decode_chunk
     self._jobs: list[_Live] = []
     if prefix_caching and engine.window is not None:
       raise ValueError("Generator: prefix_caching cannot be combined with a KV eviction window")
@@ -138,7 +140,7 @@ class Generator:
         self.pool.release(sess.pages)
 
   def load_params(self, params, version: int) -> None:
-    """Hot swap: the next dispatched step uses the new weights (no recompilation)."""
+    """Hot swap: the next dispatch uses the new weights (no recompilation)."""
     with self._lock:
       self.engine.load_params(params, version)
 
@@ -149,6 +151,7 @@ class Generator:
         tokens_generated=self._counters["tokens"],
         tokens_per_s=self._counters["tokens"] / max(elapsed, 1e-9),
         decode_steps=self._counters["steps"],
+        decode_dispatches=self._counters["dispatches"],
         prefills=self._counters["prefills"],
         prefill_tokens=self._counters["prefill_tokens"],
         cached_prompt_tokens=self._counters["cached_tokens"],
@@ -313,9 +316,7 @@ class Generator:
         self._pending.popleft()
       if self._jobs:
         self._prefill_jobs()
-      dispatched = bool(self._live)
-      if dispatched:
-        self._dispatch()
+      dispatched = bool(self._live) and self._dispatch()
     done = []
     while len(self._events) > (1 if dispatched else 0):
       done += self._process(self._events.popleft())
@@ -323,27 +324,52 @@ class Generator:
       fut.set_result(res)
     return True
 
-  def _dispatch(self) -> None:
-    p = self.engine.page_size
-    for live in self._live.values():
-      entry = _entry(live.written // p, self.engine.window)
-      if entry >= len(live.pages):  # the next step writes position `written` there
-        (page,) = self.pool.alloc(1, from_reserved=True)
-        live.reserved -= 1
-        self._table[live.slot, len(live.pages)] = page
-        live.pages.append(page)
-        self._table_dirty = True
+  def _chunk(self, lives) -> int:
+    """Steps for the next dispatch (a power of two up to decode_chunk; 0: none needed).
+
+    Enough to dispatch every running request's remaining tokens; while requests wait for a
+    slot, only as many as keep the first slot that frees up from idling (1 if a running
+    request may stop early).
+    """
+    # Steps each request still needs: its first token came from prefill, one per step after.
+    left = [lv.max_new - 1 - (lv.written - len(lv.req.prompt_tokens)) for lv in lives]
+    cap = max(left)
+    if cap > 0 and self._pending:
+      may_stop = any(lv.req.stop_token_ids or lv.req.stop_strings for lv in lives)
+      cap = 1 if may_stop else max(min(left), 1)
+    if cap <= 0:
+      return 0
+    n = 1
+    while 2 * n <= min(cap, self.decode_chunk):
+      n *= 2
+    return n
+
+  def _dispatch(self) -> bool:
+    p, lives = self.engine.page_size, list(self._live.values())
+    n = self._chunk(lives)
+    if n == 0:  # every running request has all its tokens dispatched
+      return False
+    for live in lives:
+      # Positions past the request's last token hold discarded tokens: they get no page.
+      end = min(live.written + n, len(live.req.prompt_tokens) + live.max_new)
+      for pos in range(live.written, end):
+        if _entry(pos // p, self.engine.window) >= len(live.pages):  # a step writes pos there
+          (page,) = self.pool.alloc(1, from_reserved=True)
+          live.reserved -= 1
+          self._table[live.slot, len(live.pages)] = page
+          live.pages.append(page)
+          self._table_dirty = True
     if self._table_dirty:
       self._state = self.engine.set_page_table(self._state, self._table)
       self._table_dirty = False
     # Attend only over the pages that hold tokens (power-of-two buckets: few compilations).
-    pages = self.engine.attention_pages(1 + max(lv.written for lv in self._live.values()))
-    self._state, out = self.engine.generate(None, self._state, pages=pages)
-    snapshot = list(self._live.values())
-    for live in snapshot:
-      live.written += 1
-    self._events.append(("step", out, self.engine.policy_version, snapshot))
-    self._counters["steps"] += 1
+    pages = self.engine.attention_pages(max(lv.written for lv in lives) + n)
+    self._state, out = self.engine.generate(None, self._state, pages=pages, steps=n)
+    for live in lives:
+      live.written += n
+    self._events.append(("step", out, self.engine.policy_version, lives))
+    self._counters.update(steps=n, dispatches=1)
+    return True
 
   def _process(self, event) -> list:
     """Reads one event's tokens (blocking on the device) and applies them; returns finished."""
@@ -353,8 +379,13 @@ class Generator:
       pairs = [(lv, int(toks[b]), float(lps[b])) for b, lv in enumerate(lives)]
     else:
       _, out, version, snapshot = event
-      toks, lps = np.asarray(out.tokens_S), np.asarray(out.logprobs_S)
-      pairs = [(lv, int(toks[lv.slot]), float(lps[lv.slot])) for lv in snapshot]
+      toks = np.asarray(out.tokens_S).reshape(-1, self.engine.max_concurrent_decodes)
+      lps = np.asarray(out.logprobs_S).reshape(toks.shape)
+      pairs = [
+        (lv, int(t[lv.slot]), float(lp[lv.slot]))
+        for t, lp in zip(toks, lps, strict=True)
+        for lv in snapshot
+      ]
     done = []
     with self._lock:
       for live, tok, lp in pairs:
@@ -391,13 +422,13 @@ class Generator:
     req, p = live.req, self.engine.page_size
     if req.session_id is not None and self.engine.window is None:
       held = list(req.prompt_tokens) + live.tokens
-      assert live.written <= len(held), "more K/V written than tokens exist"
-      keep = -(-live.written // p)
+      valid = min(live.written, len(held))  # steps past a stop token wrote discarded tokens
+      keep = -(-valid // p)
       self.pool.release(live.pages[keep:])
       old = self._sessions.pop(req.session_id, None)
       if old is not None:
         self.pool.release(old.pages)
-      self._sessions[req.session_id] = _Session(live.pages[:keep], held[: live.written])
+      self._sessions[req.session_id] = _Session(live.pages[:keep], held[:valid])
     else:
       self.pool.release(live.pages)
     res = GenerationResult(

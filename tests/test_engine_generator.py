@@ -82,6 +82,35 @@ def test_cached_greedy_equals_recompute_ragged_batch(gen):
   assert len(set(tuple(r.tokens) for r in results)) > 3  # the model is not degenerate
 
 
+def test_chunked_dispatch_equals_single_steps(gen):
+  # decode_chunk=8 (the fixture) runs several steps per call; the results must not change.
+  rng = np.random.default_rng(8)
+  prompts = [_prompt(rng, n) for n in (3, 14, 9, 21, 6)]
+  first = gen.generate([GenerationRequest(prompts[0], 30, GREEDY)])[0].tokens
+  reqs = [
+    GenerationRequest(prompts[0], 30, GREEDY, stop_token_ids=(first[11],), session_id="c"),
+    GenerationRequest(prompts[1], 25, SamplingParams(temperature=0.9, seed=5)),
+    GenerationRequest(prompts[2], 17, GREEDY),
+    GenerationRequest(prompts[3], 30, SamplingParams(temperature=1.2, top_k=40, seed=6)),
+    GenerationRequest(prompts[4], 2, GREEDY),
+  ]
+  before = gen.stats()
+  chunked = gen.generate(reqs)
+  after = gen.stats()
+  gen.release_session("c")
+  with Generator(gen.engine, decode_chunk=1) as single:
+    stepwise = single.generate(reqs)
+    assert single.stats()["decode_dispatches"] == single.stats()["decode_steps"]
+  steps = after["decode_steps"] - before["decode_steps"]
+  assert after["decode_dispatches"] - before["decode_dispatches"] < steps / 2
+  assert chunked[0].finish_reason == "stop" and len(chunked[0].tokens) <= 12
+  for c, s in zip(chunked, stepwise, strict=True):
+    assert c.tokens == s.tokens and c.finish_reason == s.finish_reason
+    np.testing.assert_allclose(c.logprobs, s.logprobs, atol=1e-6)
+  assert chunked[2].tokens == _recompute_greedy(PARAMS, prompts[2], 17)
+  _check_pool_empty(gen)
+
+
 def test_output_independent_of_batch_mates(gen):
   rng = np.random.default_rng(2)
   target = GenerationRequest(

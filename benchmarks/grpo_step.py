@@ -60,13 +60,14 @@ def one_step(gen, state, step_fn, ref_fn, rng, seed):
     for i, (q, r, rw) in enumerate(zip(reqs, results, rewards, strict=True))
   ]
   batch, _ = packing.pack(seqs, PROMPT + NEW, max_segments=1)
+  c1 = time.process_time()
   ref = ref_fn(state.ref_params, batch)
   jax.block_until_ready(ref)
-  t2 = time.perf_counter()
+  t2, c2 = time.perf_counter(), time.process_time()
   batch["ref_logprobs_BT"] = ref  # a device array: no copy to the host and back
   state, metrics = step_fn(state, batch)
   jax.block_until_ready(metrics["loss"])
-  t3 = time.perf_counter()
+  t3, c3 = time.perf_counter(), time.process_time()
   gen.load_params(state.params, seed)
   return (
     state,
@@ -76,6 +77,9 @@ def one_step(gen, state, step_fn, ref_fn, rng, seed):
       "reference_s": t2 - t1,
       "update_s": t3 - t2,
       "total_s": t3 - t0,
+      # CPU seconds of this process: less sensitive than wall time to other work on the machine.
+      "reference_cpu_s": c2 - c1,
+      "update_cpu_s": c3 - c2,
       "new_tokens": sum(len(r.tokens) for r in results),
     },
   )

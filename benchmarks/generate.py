@@ -212,10 +212,10 @@ def bench_speculative(cfg, params, repeats, ks=(4, 6, 8)):
   continuations, or on random contexts) lowered agreement to 0-3% (it memorises the few
   continuations / cannot fit a random network's outputs), so the draft is used untrained.
   `layer_skip` is the target's first layer with the shared embedding and head (40% of the
-  target's weights) for contrast. Agreement is measured, not assumed. verify_cost is the
-  target's (k+1)-token forward over its 1-token forward: XLA:CPU runs 1-row matmuls as GEMV
-  and >= 2 rows as GEMM, which costs ~2x, so the speedup is at most (1 - a^(k+1)) / (1 - a) /
-  verify_cost at agreement a.
+  target's weights) for contrast. Agreement (accepted / proposed) is measured, not assumed.
+  verify_cost is the target's (k+1)-token forward over its 1-token forward: XLA:CPU runs 1-row
+  matmuls as GEMV and >= 2 rows as GEMM, which costs ~2x, so a round of k draft steps (cost c
+  each, in target steps) emits a*k + 1 tokens for about k*c + 2 target steps.
   """
   dcfg = config.qwen3_20m(
     n_layers=1, d_model=128, n_heads=2, n_kv_heads=1, d_ff=256, max_seq_len=cfg.max_seq_len

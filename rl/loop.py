@@ -59,6 +59,10 @@ class LoopConfig:
   replay_capacity: int = 32
   replay_max_staleness: int = 2
   batch_timeout_s: float = 1800.0  # the trainer fails if no batch arrives in this long
+  # Scale of negative advantages (1: the estimator's own). Below 1 the update leans on the
+  # successes: with Adam, the large gradients of a failed sample's improbable tokens otherwise
+  # set the step size, and a nearly-solved problem (a sharp warm start) barely moves.
+  negative_advantage_weight: float = 1.0
 
   def __post_init__(self):
     if self.mode not in ("sync", "async"):
@@ -66,6 +70,10 @@ class LoopConfig:
     if self.steps < 0 or self.batch_groups < 1:
       raise ValueError(
         f"LoopConfig.steps >= 0 and batch_groups >= 1, got {self.steps}, {self.batch_groups}"
+      )
+    if not 0.0 <= self.negative_advantage_weight <= 1.0:
+      raise ValueError(
+        f"LoopConfig.negative_advantage_weight must be in [0, 1], got {self.negative_advantage_weight}"
       )
 
   @property
@@ -80,16 +88,23 @@ def _bucket_rows(n: int, multiple: int) -> int:
 
 
 def build_batch(
-  groups: list[Group], loss_cfg, row_len: int, max_segments: int, row_multiple: int, pad_id: int
+  groups: list[Group],
+  loss_cfg,
+  row_len: int,
+  max_segments: int,
+  row_multiple: int,
+  pad_id: int,
+  negative_weight: float = 1.0,
 ) -> tuple[dict, int]:
   """Groups -> a packed train batch (rl.train_step format) with host-side advantages.
 
   Each segment of an episode is one sequence; all segments of an episode share its advantage.
-  Returns (batch, number of sequences).
+  Negative advantages are scaled by `negative_weight`. Returns (batch, number of sequences).
   """
   if loss_cfg.overlong == "penalty":
     raise ValueError("train.loss.overlong='penalty' is not supported by the host loop; use 'mask'")
   advs = group_advantages(groups, loss_cfg.advantage, loss_cfg.adv_eps)
+  advs = [[a * negative_weight if a < 0 else a for a in adv_G] for adv_G in advs]
   seqs = []
   for g, adv_G in zip(groups, advs, strict=True):
     for row, adv in zip(g.rows, adv_G, strict=True):
@@ -276,6 +291,7 @@ class Trainer:
       self.cfg.max_segments,
       self.row_multiple,
       self.pad_id,
+      self.cfg.negative_advantage_weight,
     )
     metrics = self._train(batch)
     t2 = time.monotonic()

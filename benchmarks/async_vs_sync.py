@@ -2,7 +2,7 @@ r"""Async vs sync RL on heavy-tailed episodes: trajectories/s, trainer idle frac
 
   python benchmarks/async_vs_sync.py [--steps=14] [--slow_frac=0.2] [--slow_factor=10]
 
-One process, same everything but `loop.mode`: the echo_word family in real bubblewrap
+One process, same everything but `loop.mode`: the toy's echo_word task pool in real bubblewrap
 sandboxes, graded by the real verifier, a shared SFT warm start (saved once as a Hugging Face
 checkpoint, loaded by both runs). Episode durations are heavy-tailed: each task's environment
 setup sleeps `base_s` seconds, and a `slow_frac` of the tasks (seeded) sleep `slow_factor` times
@@ -78,7 +78,9 @@ def warm_start_checkpoint(args, root: pathlib.Path) -> str:
     exp,
     str(wd),
     task_source=lambda w, ev: (
-      experiment.ProceduralTasks("echo_word", exp.loop.seed, w, on_event=ev),
+      experiment.ProceduralTasks(
+        "echo_word", exp.loop.seed, w, on_event=ev, pool_size=exp.env.train_pool_size
+      ),
       [],
     ),
   )
@@ -112,6 +114,7 @@ def run_mode(args, root, policy: str, mode: str) -> dict:
       base_s=args.base_s,
       slow_frac=args.slow_frac,
       slow_factor=args.slow_factor,
+      pool_size=exp.env.train_pool_size,
     ),
     [],
   )
@@ -143,7 +146,7 @@ def main():
   ap.add_argument("--slow_factor", type=float, default=10.0)
   ap.add_argument("--width", type=int, default=192)
   ap.add_argument("--layers", type=int, default=3)
-  ap.add_argument("--sft_steps", type=int, default=40)
+  ap.add_argument("--sft_steps", type=int, default=toy.get_config().sft.steps)
   ap.add_argument("--workdir", default="")
   args = ap.parse_args()
   root = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="agentrl-async-bench-"))

@@ -1,1 +1,2 @@
-ls inbox | grep -vx index.txt | LC_ALL=C sort > inbox/index.txt.tmp && mv inbox/index.txt.tmp inbox/index.txt && ./queue done
+# List first, write after: a pipeline writing into inbox/ may race the `ls` of inbox/ itself.
+names=$(ls inbox | grep -vx index.txt | LC_ALL=C sort) && printf '%s\n' "$names" > inbox/index.txt && ./queue done

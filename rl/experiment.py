@@ -68,6 +68,9 @@ class SFTConfig:
   demos: int = 64  # demonstration episodes (real sandboxes, verified)
   seed: int = 7
   log_every: int = 10
+  # Entropy bonus (loss -= coef * entropy per token): > 0 leaves a broad policy whose samples
+  # err now and then while its mode is right (the demo's warm start; GRPO then sharpens it).
+  entropy_coef: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +259,13 @@ def warm_start(
   if not demos:
     raise RuntimeError("warm start: no demonstration passed the verifier (check the task family)")
   cfg = TrainConfig(
-    loss=LossConfig(kl="none", policy_loss="ppo", aggregation="token-mean", compute_entropy=False),
+    loss=LossConfig(
+      kl="none",
+      policy_loss="ppo",
+      aggregation="token-mean",
+      compute_entropy=False,
+      entropy_coef=s.entropy_coef,
+    ),
     optim=OptimConfig(
       lr=s.lr,
       warmup_steps=s.warmup_steps,

@@ -4,11 +4,15 @@ r"""The CPU demo: a tiny policy (BPE tokenizer trained at start) learns a termin
 
 Task family `echo_word` ("Create a file named <name>.txt containing exactly the word <word>."),
 solved in real bubblewrap sandboxes and graded by the real verifier (hidden pytest). A short
-supervised warm start on verified demonstrations teaches the tool-call format and begins the
-copying (held-out greedy pass rate after it: 9% in our run under load); GRPO then raises it.
-Target on a 2-core CPU: held-out pass rate from <= 0.3 to >= 0.8 in under 15 minutes (not yet
-demonstrated, see README 'Known gaps');
-curves in WORKDIR/plots/*.png, metrics in WORKDIR/metrics.jsonl and TensorBoard (WORKDIR/tb).
+supervised warm start (240 steps) on 512 verified demonstrations teaches the tool-call format
+and part of the copying; GRPO then trains on fresh tasks of the family. The eval is pass@1 on
+32 held-out tasks sampled at temperature 1 (the policy that GRPO trains).
+
+Measured on a quiet 2-core CPU (2026-12-02, README 'Known gaps'): held-out pass rate 0.41 after
+the warm start, 0.44 after 5 and after 10 GRPO steps -- the target (from <= 0.3 to >= 0.8 within
+15 minutes) is NOT met: GRPO here improves the copying skill far more slowly than supervised
+steps do. Larger learning rates (1e-3 and up) broke the policy.
+Curves in WORKDIR/plots/*.png, metrics in WORKDIR/metrics.jsonl and TensorBoard (WORKDIR/tb).
 """
 
 import dataclasses
@@ -31,6 +35,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.env.tasks = "procedural:echo_word"
   c.env.backend = "bwrap"
   c.env.eval_tasks = 32
+  c.env.eval_greedy = False  # pass@1 sampled at temperature 1, as the policy is trained
   c.env.system_prompt = ""
 
   c.agent.max_turns = 2
@@ -43,7 +48,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.engine.slots = 32
   c.engine.max_seq_len = 192
 
-  c.sft.steps = 180  # the copy is half-learnt here (held-out ~10%); 260 alone reaches ~80%
+  c.sft.steps = 240  # held-out pass rate 0.41 here (greedy 0.38); 260 steps alone reach ~0.8
   c.sft.batch_size = 32
   c.sft.lr = 1e-2
   c.sft.warmup_steps = 20
@@ -55,11 +60,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.min_concurrency = 4
 
   c.loop.mode = "sync"
-  c.loop.steps = 40
+  c.loop.steps = 20
   c.loop.batch_groups = 8
   c.loop.row_len = 192
   c.loop.max_segments = 1
-  c.loop.eval_every = 10
+  c.loop.eval_every = 5
   c.loop.checkpoint_every = 10
 
   t = c.train
@@ -67,9 +72,9 @@ def get_config() -> ml_collections.ConfigDict:
   t.loss.advantage = "grpo"
   t.loss.kl = "none"
   t.loss.aggregation = "token-mean"
-  t.optim.lr = 1e-3
+  t.optim.lr = 3e-4
   t.optim.warmup_steps = 0
-  t.optim.decay_steps = 40
+  t.optim.decay_steps = 20
   t.optim.end_lr_ratio = 0.3
   t.optim.max_grad_norm = 1.0
   return c

@@ -63,6 +63,9 @@ class LoopConfig:
   # successes: with Adam, the large gradients of a failed sample's improbable tokens otherwise
   # set the step size, and a nearly-solved problem (a sharp warm start) barely moves.
   negative_advantage_weight: float = 1.0
+  # Optimizer steps on each batch (PPO epochs; GRPO's mu): rollouts are the expensive part, and
+  # the clipped ratio against the engine's behaviour log-probs bounds how far they move.
+  updates_per_batch: int = 1
 
   def __post_init__(self):
     if self.mode not in ("sync", "async"):
@@ -75,6 +78,8 @@ class LoopConfig:
       raise ValueError(
         f"LoopConfig.negative_advantage_weight must be in [0, 1], got {self.negative_advantage_weight}"
       )
+    if self.updates_per_batch < 1:
+      raise ValueError(f"LoopConfig.updates_per_batch must be >= 1, got {self.updates_per_batch}")
 
   @property
   def staleness(self) -> int:
@@ -293,7 +298,8 @@ class Trainer:
       self.pad_id,
       self.cfg.negative_advantage_weight,
     )
-    metrics = self._train(batch)
+    for _ in range(self.cfg.updates_per_batch):
+      metrics = self._train(batch)  # the last step's metrics: its ratios show the drift
     t2 = time.monotonic()
     self.step += 1
     self.generator.load_params(self._engine_params(), self.step)

@@ -35,3 +35,9 @@ def test_negative_advantages_are_scaled_by_hand():
 def test_weight_outside_0_1_is_rejected():
   with pytest.raises(ValueError, match="negative_advantage_weight"):
     LoopConfig(negative_advantage_weight=1.5)
+
+
+def test_updates_per_batch_range():
+  assert LoopConfig(updates_per_batch=4).updates_per_batch == 4
+  with pytest.raises(ValueError, match="updates_per_batch"):
+    LoopConfig(updates_per_batch=0)

@@ -395,3 +395,41 @@ def test_shared_prefix_step_and_reference_equal_plain_sharded(params):
     )(p8, batch)
     want = np.where(keep & (batch["loss_mask_BT"] > 0 if loss_only else True), ref_plain, 0.0)
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def _epochs(clip: float, epochs: int = 6):
+  """`epochs` PPO steps on one batch whose behaviour log-probs are the initial policy's (as the
+  host loop's loop.updates_per_batch does); returns (per-step metrics, max |logp - behaviour|)."""
+  mesh = single_device_mesh()
+  cfg = TrainConfig(
+    loss=LossConfig(clip_low=clip, clip_high=clip, kl="none"),
+    optim=OptimConfig(lr=3e-2, warmup_steps=0, decay_steps=10, max_grad_norm=1e9),
+  )
+  state, shardings = create_train_state(DENSE, cfg, mesh, jax.random.key(3))
+  batch = batch_of(trajectories(seed=5))
+  logprobs = make_compute_logprobs(DENSE, cfg, mesh, shardings.params, batch)
+  batch = dict(batch, behaviour_logprobs_BT=np.asarray(logprobs(state.params, batch)))
+  step = make_train_step(DENSE, cfg, mesh, shardings, batch, compiler_options=FAST)
+  mets = []
+  for _ in range(epochs):
+    state, m = step(state, batch)
+    mets.append({k: float(v) for k, v in m.items()})
+  mask = batch["loss_mask_BT"] > 0
+  drift = np.abs(np.asarray(logprobs(state.params, batch)) - batch["behaviour_logprobs_BT"])
+  return mets, float(drift[mask].max())
+
+
+def test_repeated_updates_on_one_batch_are_clipped_against_the_behaviour_policy():
+  clipped, drift_clipped = _epochs(clip=0.05)
+  free, drift_free = _epochs(clip=100.0)
+  # the first epoch is on-policy: ratio 1, nothing clipped
+  assert abs(clipped[0]["ratio"] - 1.0) < 1e-5 and clipped[0]["clip_frac_low"] == 0.0
+  assert clipped[0]["clip_frac_high"] == 0.0
+  # later epochs see the drift from the fixed behaviour log-probs, and clip it
+  assert (
+    clipped[-1]["approx_kl"] > 0
+    and clipped[-1]["clip_frac_low"] + clipped[-1]["clip_frac_high"] > 0
+  )
+  assert free[-1]["clip_frac_low"] + free[-1]["clip_frac_high"] == 0.0
+  # so the clipped objective moves the policy less over the same epochs
+  assert drift_clipped < drift_free

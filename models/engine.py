@@ -30,6 +30,7 @@ from models import sampling as smp
 from models import transformer as tfm
 from models.attention import attend
 from models.config import ModelConfig
+from models.moe import EXPERT_WEIGHTS
 
 TRACES: collections.Counter = collections.Counter()  # trace counts per jitted fn (tests)
 _NEG = -1e30  # finite "minus infinity" for masked scores
@@ -88,8 +89,12 @@ def unstack_layers(params):
   n = jax.tree.leaves(params["layers"])[0].shape[0]
   layers = tuple(jax.tree.map(lambda a, i=i: a[i], params["layers"]) for i in range(n))
   out = dict(params, layers=layers)
-  if "lm_head" not in params and not quant.is_quantized(params):
-    out["lm_head"] = params["embed"].T  # tied: a [D, V] copy makes the LM head a plain matmul
+  if "lm_head" not in params:  # tied: a [D, V] copy makes the LM head a plain matmul
+    e = params["embed"]
+    if quant.is_quantized(params):  # the same int8 values, transposed (a scale per vocab entry)
+      out["lm_head"] = {"int8": e["int8"].T, "scale": e["scale"].T}
+    else:
+      out["lm_head"] = e.T
   return out
 
 
@@ -101,12 +106,16 @@ def unembed(params, x_BTD, cfg):
 
 
 def _dequantize(params):
-  """quant.dequantize for stacked or per-layer layers (identity unless weights are int8)."""
+  """int8 params (models.quant) run as they are (W8A8 in layers.dense, int8 rows in embed);
+  only MoE expert weights, used by ragged dots, are dequantised. Identity for fp params."""
+  if not quant.is_quantized(params):
+    return params
+
+  def deq(lp):
+    return {k: quant.dequantize_weight(v) if k in EXPERT_WEIGHTS else v for k, v in lp.items()}
+
   layers = params["layers"]
-  if not isinstance(layers, tuple):
-    return quant.dequantize(params)
-  deq = lambda lp: quant.dequantize(dict(params, layers=lp))["layers"]
-  return dict(quant.dequantize(dict(params, layers={})), layers=tuple(map(deq, layers)))
+  return dict(params, layers=tuple(map(deq, layers)) if isinstance(layers, tuple) else deq(layers))
 
 
 def _run_layers(params, cfg, x_BTD, carry, body):

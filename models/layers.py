@@ -35,6 +35,8 @@ def dense(x, w, n_in: int = 1, out_dtype=None, transpose_w: bool = False) -> jax
   """
   n_in_elems = math.prod(x.shape[x.ndim - n_in :])
   x2 = x.reshape(-1, n_in_elems)
+  if isinstance(w, dict):  # int8 weights (models.quant): int8 x int8 -> int32
+    return _dense_int8(x, x2, w, n_in, out_dtype, transpose_w)
   w = w.astype(x.dtype)
   if transpose_w:
     out_shape = w.shape[: w.ndim - n_in]
@@ -42,6 +44,29 @@ def dense(x, w, n_in: int = 1, out_dtype=None, transpose_w: bool = False) -> jax
   else:
     out_shape = w.shape[n_in:]
     y = jnp.dot(x2, w.reshape(n_in_elems, -1), preferred_element_type=out_dtype)
+  return y.reshape(*x.shape[: x.ndim - n_in], *out_shape)
+
+
+def _dense_int8(x, x2, w, n_in, out_dtype, transpose_w):
+  """dense() for {'int8': q, 'scale': s} weights (models.quant), W8A8: each row of x is quantised
+  symmetrically to int8 (scale max|row| / 127), the dot accumulates in int32, and both scales
+  are applied to the result. On XLA:CPU the int8 dot beats an fp32 one at decode shapes, where
+  dequantising the weights first (an fp32 copy every step) made the int8 tier 5x slower."""
+  q, scale = w["int8"], w["scale"]
+  n_in_elems = x2.shape[1]
+  xf = x2.astype(jnp.float32)
+  xs_M1 = jnp.max(jnp.abs(xf), axis=1, keepdims=True) / 127.0
+  xs_M1 = jnp.where(xs_M1 > 0, xs_M1, 1.0)
+  xq = jnp.clip(jnp.round(xf / xs_M1), -127, 127).astype(jnp.int8)
+  if transpose_w:  # q [*out, *in], scale [*out, 1...]
+    out_shape = q.shape[: q.ndim - n_in]
+    q2 = q.reshape(-1, n_in_elems).T
+  else:  # q [*in, *out], scale [1..., *out]
+    out_shape = q.shape[n_in:]
+    q2 = q.reshape(n_in_elems, -1)
+  acc = jnp.dot(xq, q2, preferred_element_type=jnp.int32)
+  y = acc.astype(jnp.float32) * xs_M1 * scale.reshape(1, -1).astype(jnp.float32)
+  y = y.astype(out_dtype or x.dtype)
   return y.reshape(*x.shape[: x.ndim - n_in], *out_shape)
 
 

@@ -1,20 +1,25 @@
-"""Int8 weight quantisation for rollouts (weight-only, symmetric, per output channel).
+"""Int8 weight quantisation for rollouts (symmetric, per output channel; W8A8 matmuls).
 
 Every matmul weight w is stored as int8 q with a float32 scale per output channel
-(scale = max|w| over the contracted axes / 127), and dequantised inside the jitted step
-(w ~ q * scale), so weights take 4x less memory than fp32. The tied embedding is quantised per
-vocabulary row (it serves both the lookup and the LM head). Norms and biases stay fp32.
+(scale = max|w| over the contracted axes / 127), so weights take 4x less memory than fp32. The
+tied embedding is quantised per vocabulary row (it serves both the lookup and the LM head).
+Norms and biases stay fp32. The engine runs these weights as they are: `layers.dense` quantises
+each activation row to int8 too and multiplies int8 x int8 into int32 (W8A8), and
+`transformer.embed` dequantises only the rows it looks up; only MoE expert weights (ragged
+dots) are dequantised inside the step. Dequantising every weight each step instead (an fp32
+copy of the model per decode step: XLA:CPU does not fuse the conversion into the matmul) made
+the tier ~5x slower than fp32; speed and drift are measured by benchmarks/generate.py --tiers.
 
 Why not qwix (0.1.8 installs and imports here): its PTQ works by intercepting the einsums of
 Flax linen/nnx modules, matched by module path; our model is pure functions over a params
 dict, so the small path below is simpler than adapting the model to qwix's interception.
-On CPU, XLA does not fuse the dequantisation into the matmul, so the speed effect has to be
-measured (benchmarks/generate.py --quant), not assumed.
 
 Legend: L layers, D width, H heads, K kv heads, d head_dim, F d_ff, V vocab.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax.numpy as jnp
 
@@ -56,12 +61,14 @@ def quantize_params(params):
   return out
 
 
+def dequantize_weight(x, dtype=jnp.float32):
+  """q * scale for one quantised weight (identity on an fp array)."""
+  return (x["int8"].astype(dtype) * x["scale"].astype(dtype)) if isinstance(x, dict) else x
+
+
 def dequantize(qparams, dtype=jnp.float32):
-  """The inverse used inside jitted steps (identity on params that are not quantised)."""
-
-  def deq(x):
-    return (x["int8"].astype(dtype) * x["scale"].astype(dtype)) if isinstance(x, dict) else x
-
+  """The fp params the int8 ones stand for (identity on params that are not quantised)."""
+  deq = functools.partial(dequantize_weight, dtype=dtype)
   if not is_quantized(qparams):
     return qparams
   top = {k: deq(v) for k, v in qparams.items() if k != "layers"}

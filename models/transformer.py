@@ -119,7 +119,12 @@ def init(cfg: ModelConfig, key: jax.Array):
 
 
 def embed(params, tokens_BT, cfg: ModelConfig):
-  x_BTD = jnp.take(params["embed"], tokens_BT, axis=0).astype(dtype_of(cfg.dtype))
+  e = params["embed"]
+  if isinstance(e, dict):  # int8 table (models.quant): dequantise only the rows looked up
+    rows_BTD = jnp.take(e["int8"], tokens_BT, axis=0).astype(jnp.float32)
+    x_BTD = (rows_BTD * jnp.take(e["scale"], tokens_BT, axis=0)).astype(dtype_of(cfg.dtype))
+    return constrain(x_BTD, _ACT_BTD)
+  x_BTD = jnp.take(e, tokens_BT, axis=0).astype(dtype_of(cfg.dtype))
   return constrain(x_BTD, _ACT_BTD)
 
 

@@ -8,6 +8,7 @@ from models import config, kv_evict, quant
 from models import transformer as tfm
 from models.engine import Engine
 from models.generator import GenerationRequest, Generator
+from models.layers import dense
 from models.sampling import SamplingParams
 
 MAX_LEN = 64
@@ -36,20 +37,54 @@ def _run(eng, prompts, n):
 PROMPTS = [[int(x) for x in np.random.default_rng(s).integers(0, 256, 9 + 5 * s)] for s in range(3)]
 
 
-def test_int8_weights_equal_dequantised_model_and_drift_is_small():
+def test_int8_dense_is_w8a8_by_hand():
+  """layers.dense on {'int8', 'scale'} weights against a naive NumPy W8A8 loop."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 3, 6)).astype(np.float32)
+  w = rng.normal(size=(6, 4, 5)).astype(np.float32)
+  qw = quant._quantize(jnp.asarray(w), (0,))
+  q, sw = np.asarray(qw["int8"], np.int64), np.asarray(qw["scale"], np.float64)
+  want = np.zeros((2, 3, 4, 5))
+  for b in range(2):
+    for t in range(3):
+      sx = np.abs(x[b, t]).max() / 127.0
+      xq = np.clip(np.round(x[b, t] / np.float32(sx)), -127, 127).astype(np.int64)
+      for o in range(4):
+        for f in range(5):
+          want[b, t, o, f] = sum(xq[i] * q[i, o, f] for i in range(6)) * sx * sw[0, o, f]
+  got = np.asarray(dense(jnp.asarray(x), qw))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got, np.einsum("bti,iof->btof", x, w), rtol=0.05, atol=0.05)
+  # transposed (the tied LM head): w [out, in], scale per output row
+  wt = rng.normal(size=(7, 6)).astype(np.float32)
+  qt = quant._quantize(jnp.asarray(wt), (1,))
+  got_t = np.asarray(dense(jnp.asarray(x), qt, transpose_w=True))
+  plain = dense(jnp.asarray(x), {"int8": qt["int8"].T, "scale": qt["scale"].T})
+  np.testing.assert_array_equal(got_t, np.asarray(plain))
+
+
+def test_int8_weights_equal_the_w8a8_model_and_drift_is_small():
   q = quant.quantize_params(PARAMS)
   assert quant.max_abs_error(PARAMS, q) <= 0.5 + 1e-6  # round-to-nearest: half a step at most
   assert q["layers"]["wq"]["int8"].dtype == jnp.int8
   eng = Engine(CFG, PARAMS, max_concurrent_decodes=4, page_size=8, weight_dtype="int8")
   results = _run(eng, PROMPTS, 12)
-  deq = quant.dequantize(q)
-  drift = []
+  drift, diffs = [], []
   for p, r in zip(PROMPTS, results, strict=True):
-    # Equivalence: the int8 engine is exactly the model with dequantised weights.
-    np.testing.assert_allclose(r.logprobs, _teacher_logprobs(deq, p, r.tokens), atol=1e-5)
+    # Equivalence: the int8 engine is the model run on the int8 params (tfm.apply on them:
+    # W8A8 matmuls, int8 embedding rows), cached decoding vs a full forward. Activations are
+    # rounded to int8 per row, so where the cached and the full forward sum in a different
+    # order (attention over the cache) a value on a rounding boundary can flip by one int8
+    # step: most tokens agree to 1e-5, and every first token (the prefill) does.
+    d = np.abs(np.array(r.logprobs) - _teacher_logprobs(q, p, r.tokens))
+    assert d[0] < 1e-5, d
+    diffs.append(d)
     drift.append(np.abs(np.array(r.logprobs) - _teacher_logprobs(PARAMS, p, r.tokens)).max())
-  # Drift vs the fp32 policy (measured 0.03-0.06 on this model) is reported by the benchmark;
-  # here only a gross-error guard: a broken scale or rounding gives drift of order 1.
+  d = np.concatenate(diffs)
+  assert (d < 1e-5).mean() >= 0.8 and d.max() < 0.02, d
+  # Drift vs the fp32 policy is reported by the benchmark; here only a gross-error guard: a
+  # broken scale or rounding gives drift of order 1.
+  print("int8 weights max |logprob drift| per request:", drift)
   assert 0 < max(drift) < 0.25, drift
 
 

@@ -7,20 +7,12 @@ import jax
 import numpy as np
 
 from models import transformer
-from models.config import ModelConfig
+from models.config import tiny
 from rl import experiment
 from rl.experiment import Experiment, SFTConfig
 
-MODEL = ModelConfig(
-  arch="qwen3",
-  vocab_size=32,
-  d_model=32,
-  n_layers=1,
-  n_heads=2,
-  n_kv_heads=2,
-  head_dim=16,
-  d_ff=64,
-  max_seq_len=32,
+MODEL = tiny(
+  "qwen3", vocab_size=32, d_model=32, n_layers=1, n_heads=2, head_dim=16, d_ff=64, max_seq_len=32
 )
 
 

@@ -60,7 +60,9 @@ def corpus_rows(n_texts: int, row_len: int) -> np.ndarray:
 
 def train(cfg, params, rows_NT, steps: int, lr: float, batch: int, seed: int):
   """Plain next-token cross-entropy with AdamW; returns (params, last loss)."""
-  tx = optax.adamw(optax.warmup_cosine_decay_schedule(0.0, lr, min(10, steps - 1), max(steps, 2), lr * 0.1))
+  tx = optax.adamw(
+    optax.warmup_cosine_decay_schedule(0.0, lr, min(10, steps - 1), max(steps, 2), lr * 0.1)
+  )
   opt = tx.init(params)
 
   @jax.jit

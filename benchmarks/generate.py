@@ -243,21 +243,29 @@ def bench_speculative(cfg, params, repeats, ks=(4, 6, 8)):
           run_params, dp, jnp.asarray(prompt), rows, target_cfg=cfg, draft_cfg=dc,
           max_new=NEW, k=k,
         )  # fmt: skip
-        toks, _, stats = jax.block_until_ready(run())
-        pairs = [(wall_cpu(lambda: gen.generate([req])), wall_cpu(run)) for _ in range(repeats)]
-        t_plain = statistics.median(p[0] for p, _ in pairs)
-        t_spec = statistics.median(s[0] for _, s in pairs)
-        out.append(
-          dict(
-            draft=name, k=k, plain_engine_tok_s=NEW / t_plain, speculative_tok_s=NEW / t_spec,
-            speedup=statistics.median(p[0] / s[0] for p, s in pairs),
-            speedup_cpu=statistics.median(p[1] / s[1] for p, s in pairs),
-            agreement=float(stats["accepted"][0]) / (float(stats["rounds"][0]) * k),
-            identical_greedy=list(map(int, toks[0])) == plain, target_repeat_rate=repeat_rate,
-          )
-        )  # fmt: skip
+        row, _ = speculative_vs_plain(gen, req, run, k, repeats)
+        out.append(dict(draft=name, k=k, **row, target_repeat_rate=repeat_rate))
   out.append(_verify_cost(cfg, run_params, repeats, ks))
   return out
+
+
+def speculative_vs_plain(gen, req, run, k: int, repeats: int) -> tuple[dict, list[int]]:
+  """Batch-1 greedy `req` on the plain engine (`gen`) vs `run()` (a spec.generate call for the
+  same prompt), in interleaved repeats; returns (figures, the plain engine's tokens)."""
+  plain = gen.generate([req])[0].tokens
+  toks, _, stats = jax.block_until_ready(run())
+  pairs = [(wall_cpu(lambda: gen.generate([req])), wall_cpu(run)) for _ in range(repeats)]
+  t_plain = statistics.median(p[0] for p, _ in pairs)
+  t_spec = statistics.median(s[0] for _, s in pairs)
+  row = dict(
+    plain_engine_tok_s=NEW / t_plain,
+    speculative_tok_s=NEW / t_spec,
+    speedup=statistics.median(p[0] / s[0] for p, s in pairs),
+    speedup_cpu=statistics.median(p[1] / s[1] for p, s in pairs),
+    agreement=float(stats["accepted"][0]) / (float(stats["rounds"][0]) * k),
+    identical_greedy=list(map(int, toks[0])) == plain,
+  )
+  return row, plain
 
 
 def _verify_cost(cfg, run_params, repeats, ks, n=16):

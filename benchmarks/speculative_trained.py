@@ -27,7 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from generate import NEW, PROMPT, model, wall_cpu  # benchmarks/generate.py (this folder)
+from generate import (  # benchmarks/generate.py (this folder)
+  NEW,
+  PROMPT,
+  model,
+  speculative_vs_plain,
+)
 
 from envs import procedural
 from models import config
@@ -37,6 +42,7 @@ from models import transformer as tfm
 from models.engine import Engine, unstack_layers
 from models.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
+from rl.losses import token_logprobs
 
 FAMILIES = ("echo_word", "count_level", "sort_unique", "rename_ext", "json_select", "csv_sum")
 EOT = 257  # <|endoftext|> of models.tokenizer.ByteTokenizer
@@ -68,8 +74,8 @@ def train(cfg, params, rows_NT, steps: int, lr: float, batch: int, seed: int):
   @jax.jit
   def step(params, opt, x_BT):
     def loss_fn(p):
-      logits = tfm.apply(p, x_BT, cfg)[:, :-1]
-      return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), x_BT[:, 1:, None], -1))
+      logp_BT, _ = token_logprobs(tfm.apply(p, x_BT, cfg), x_BT, with_entropy=False)
+      return -jnp.mean(logp_BT[:, 1:])  # position 0 has no prediction
 
     loss, g = jax.value_and_grad(loss_fn)(params)
     upd, opt = tx.update(g, opt, params)
@@ -116,18 +122,10 @@ def main():
         run = lambda prompt=prompt, k=k: spec.generate(
           run_t, run_d, prompt, rows1, target_cfg=cfg, draft_cfg=dcfg, max_new=NEW, k=k
         )
-        plain = gen.generate([req])[0].tokens
-        toks, _, stats = jax.block_until_ready(run())
-        pairs = [
-          (wall_cpu(lambda req=req: gen.generate([req])), wall_cpu(run))
-          for _ in range(args.repeats)
-        ]
+        row, plain = speculative_vs_plain(gen, req, run, k, args.repeats)
         res.append(
           dict(
-            speedup=statistics.median(p[0] / s[0] for p, s in pairs),
-            speedup_cpu=statistics.median(p[1] / s[1] for p, s in pairs),
-            agreement=float(stats["accepted"][0]) / (float(stats["rounds"][0]) * k),
-            identical=list(map(int, toks[0])) == plain,
+            row,
             repeat_rate=float(np.mean(np.array(plain[1:]) == np.array(plain[:-1]))),
             sample=bytes(t for t in plain if t < 256).decode(errors="replace")[:60],
           )
@@ -139,7 +137,7 @@ def main():
             "speedup_median": round(statistics.median(r["speedup"] for r in res), 3),
             "speedup_cpu_median": round(statistics.median(r["speedup_cpu"] for r in res), 3),
             "agreement_mean": round(float(np.mean([r["agreement"] for r in res])), 3),
-            "identical_greedy": all(r["identical"] for r in res),
+            "identical_greedy": all(r["identical_greedy"] for r in res),
             "target_repeat_rate": round(float(np.mean([r["repeat_rate"] for r in res])), 3),
             "per_prompt": [
               {k2: (round(v, 3) if isinstance(v, float) else v) for k2, v in r.items()} for r in res

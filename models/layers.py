@@ -31,43 +31,36 @@ def dense(x, w, n_in: int = 1, out_dtype=None, transpose_w: bool = False) -> jax
 
   Flattening to 2-D keeps a single contracting dim in the backward pass too: with two
   (e.g. batch and length in a weight gradient) XLA:CPU inserts transposing copies of
-  the activations, which cost ~20% of a training step.
+  the activations, which cost ~20% of a training step. `w` may be an int8 weight
+  {'int8': q, 'scale': s} (models.quant): then the matmul is W8A8 (_int8_dot).
   """
   n_in_elems = math.prod(x.shape[x.ndim - n_in :])
   x2 = x.reshape(-1, n_in_elems)
-  if isinstance(w, dict):  # int8 weights (models.quant): int8 x int8 -> int32
-    return _dense_int8(x, x2, w, n_in, out_dtype, transpose_w)
-  w = w.astype(x.dtype)
+  q = w["int8"] if isinstance(w, dict) else w.astype(x.dtype)
   if transpose_w:
-    out_shape = w.shape[: w.ndim - n_in]
-    y = jnp.dot(x2, w.reshape(-1, n_in_elems).T, preferred_element_type=out_dtype)
+    out_shape = q.shape[: q.ndim - n_in]
+    w2 = q.reshape(-1, n_in_elems).T
   else:
-    out_shape = w.shape[n_in:]
-    y = jnp.dot(x2, w.reshape(n_in_elems, -1), preferred_element_type=out_dtype)
+    out_shape = q.shape[n_in:]
+    w2 = q.reshape(n_in_elems, -1)
+  if isinstance(w, dict):
+    y = _int8_dot(x2, w2, w["scale"]).astype(out_dtype or x.dtype)
+  else:
+    y = jnp.dot(x2, w2, preferred_element_type=out_dtype)
   return y.reshape(*x.shape[: x.ndim - n_in], *out_shape)
 
 
-def _dense_int8(x, x2, w, n_in, out_dtype, transpose_w):
-  """dense() for {'int8': q, 'scale': s} weights (models.quant), W8A8: each row of x is quantised
-  symmetrically to int8 (scale max|row| / 127), the dot accumulates in int32, and both scales
-  are applied to the result. On XLA:CPU the int8 dot beats an fp32 one at decode shapes, where
+def _int8_dot(x_MK, q_KN, scale):
+  """W8A8: each row of x is quantised symmetrically to int8 (scale max|row| / 127), the dot
+  accumulates in int32 and both scales (the weight's: one per output column) apply to the
+  result, in fp32. On XLA:CPU the int8 dot beats an fp32 one at decode shapes, where
   dequantising the weights first (an fp32 copy every step) made the int8 tier 5x slower."""
-  q, scale = w["int8"], w["scale"]
-  n_in_elems = x2.shape[1]
-  xf = x2.astype(jnp.float32)
+  xf = x_MK.astype(jnp.float32)
   xs_M1 = jnp.max(jnp.abs(xf), axis=1, keepdims=True) / 127.0
   xs_M1 = jnp.where(xs_M1 > 0, xs_M1, 1.0)
   xq = jnp.clip(jnp.round(xf / xs_M1), -127, 127).astype(jnp.int8)
-  if transpose_w:  # q [*out, *in], scale [*out, 1...]
-    out_shape = q.shape[: q.ndim - n_in]
-    q2 = q.reshape(-1, n_in_elems).T
-  else:  # q [*in, *out], scale [1..., *out]
-    out_shape = q.shape[n_in:]
-    q2 = q.reshape(n_in_elems, -1)
-  acc = jnp.dot(xq, q2, preferred_element_type=jnp.int32)
-  y = acc.astype(jnp.float32) * xs_M1 * scale.reshape(1, -1).astype(jnp.float32)
-  y = y.astype(out_dtype or x.dtype)
-  return y.reshape(*x.shape[: x.ndim - n_in], *out_shape)
+  acc = jnp.dot(xq, q_KN, preferred_element_type=jnp.int32)
+  return acc.astype(jnp.float32) * xs_M1 * scale.reshape(1, -1).astype(jnp.float32)
 
 
 def swiglu(x_BTD: jax.Array, w_gate_DF, w_up_DF, w_down_FD) -> jax.Array:

@@ -17,7 +17,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from models import moe, rope
+from models import moe, quant, rope
 from models.attention import attend
 from models.config import ModelConfig
 from models.layers import dense, dtype_of, rms_norm, swiglu
@@ -119,12 +119,9 @@ def init(cfg: ModelConfig, key: jax.Array):
 
 
 def embed(params, tokens_BT, cfg: ModelConfig):
-  e = params["embed"]
-  if isinstance(e, dict):  # int8 table (models.quant): dequantise only the rows looked up
-    rows_BTD = jnp.take(e["int8"], tokens_BT, axis=0).astype(jnp.float32)
-    x_BTD = (rows_BTD * jnp.take(e["scale"], tokens_BT, axis=0)).astype(dtype_of(cfg.dtype))
-    return constrain(x_BTD, _ACT_BTD)
-  x_BTD = jnp.take(e, tokens_BT, axis=0).astype(dtype_of(cfg.dtype))
+  # An int8 table (models.quant) is dequantised only at the rows looked up.
+  rows = jax.tree.map(lambda a: jnp.take(a, tokens_BT, axis=0), params["embed"])
+  x_BTD = quant.dequantize_weight(rows).astype(dtype_of(cfg.dtype))
   return constrain(x_BTD, _ACT_BTD)
 
 

@@ -272,7 +272,7 @@ class Trainer:
         self.model_cfg, self.train_cfg, self.mesh, self.state_shardings, batch
       )
     self.state, metrics = self._step_fn(self.state, batch)
-    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+    return metrics  # on device: update() reads the last step's once
 
   def update(self, last_end: float) -> dict:
     t0 = time.monotonic()
@@ -300,6 +300,7 @@ class Trainer:
     )
     for _ in range(self.cfg.updates_per_batch):
       metrics = self._train(batch)  # the last step's metrics: its ratios show the drift
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     t2 = time.monotonic()
     self.step += 1
     self.generator.load_params(self._engine_params(), self.step)

@@ -6,6 +6,8 @@
                                One command solves it (`echo <word> > <name>.txt`) and the
                                instruction never varies but for the two words: a tiny byte-level
                                model learns it on a CPU in minutes (the demo's family).
+                               Graded by a test.sh (one file compared); its tasks carry
+                               `teacher_mistakes` for a noisy warm-start teacher.
   sort_unique   (text, 2)      distinct sorted lines of a generated word list
   count_level   (text, 2)      count log lines of one level
   rename_ext    (file_ops, 2)  rename one extension to another in a folder
@@ -44,13 +46,22 @@ def _unchanged(name: str, data: bytes) -> str:
   return f"\n\ndef test_{name.replace('.', '_').replace('/', '_')}_unchanged():\n  assert (WS / {name!r}).read_bytes() == {data!r}\n"
 
 
-def _task(family, seed, domain, difficulty, instruction, solution, tests, files=()) -> Task:
+def _task(
+  family, seed, domain, difficulty, instruction, solution, tests, files=(), mistakes=(), shell=""
+) -> Task:
+  """`tests`: a pytest body (test_task.py), or `shell`: a test.sh (runner `shell`) instead.
+
+  `mistakes`: plausible wrong commands, the noisy teacher's (rl.experiment.demonstrations).
+  """
+  spec = TestSpec((FileEntry("test_task.py", (_HEADER + tests).encode()),))
+  if shell:
+    spec = TestSpec((FileEntry("test.sh", shell.encode(), 0o755),), runner="shell")
   return Task(
     id=f"procedural/{family}-{seed}",
     instruction=instruction,
     domain=domain,
     difficulty=difficulty,
-    tests=TestSpec((FileEntry("test_task.py", (_HEADER + tests).encode()),)),
+    tests=spec,
     solution_script=solution + "\n",
     workspace_files=tuple(FileEntry(p, d) for p, d in files),
     tags=("procedural", family),
@@ -58,16 +69,25 @@ def _task(family, seed, domain, difficulty, instruction, solution, tests, files=
     test_timeout_s=60.0,
     source=f"procedural:{family}:{seed}",
     format="procedural",
+    metadata=(("teacher_mistakes", tuple(mistakes)),) if mistakes else (),
   )
 
 
 def echo_word(rng: random.Random, seed: int) -> Task:
   name, word = pseudo_word(rng), pseudo_word(rng)
-  tests = textwrap.dedent(f"""
-  def test_file_holds_exactly_the_word():
-    p = WS / "{name}.txt"
-    assert p.is_file(), "{name}.txt is missing"
-    assert p.read_text() in ("{word}", "{word}\\n")
+  # A test.sh, not pytest: one file comparison, graded ~10x faster than starting pytest.
+  # The file holds exactly the word, with or without one trailing newline.
+  shell = textwrap.dedent(f"""\
+    #!/bin/bash
+    f="$AGENTRL_WORKSPACE/{name}.txt"
+    if [ ! -f "$f" ]; then
+      echo "{name}.txt is missing"; echo 0 > "$LOGS_DIR/reward.txt"; exit 1
+    fi
+    if printf '{word}' | cmp -s - "$f" || printf '{word}\\n' | cmp -s - "$f"; then
+      echo 1 > "$LOGS_DIR/reward.txt"
+    else
+      echo "{name}.txt does not hold exactly {word}"; echo 0 > "$LOGS_DIR/reward.txt"; exit 1
+    fi
   """)
   return _task(
     "echo_word",
@@ -76,7 +96,15 @@ def echo_word(rng: random.Random, seed: int) -> Task:
     1,
     f"Create a file named {name}.txt containing exactly the word {word}.",
     f"echo {word} > {name}.txt",
-    tests,
+    "",
+    shell=shell,
+    # The noisy teacher's habit: the right word in a file of the wrong type. Its commands
+    # keep the reference's shape, so copying the two words is learnt as from the reference.
+    mistakes=(
+      f"echo {word} > {name}.md",
+      f"echo {word} > {name}.log",
+      f"echo {word} > {name}.text",
+    ),
   )
 
 

@@ -65,12 +65,27 @@ class SFTConfig:
   batch_size: int = 16  # sequences per step
   lr: float = 1e-3
   warmup_steps: int = 0
+  end_lr_ratio: float = 1.0  # cosine decay from lr to lr * this over the steps (1: constant)
   demos: int = 64  # demonstration episodes (real sandboxes, verified)
   seed: int = 7
   log_every: int = 10
   # Entropy bonus (loss -= coef * entropy per token): > 0 leaves a broad policy whose samples
   # err now and then while its mode is right (the demo's warm start; GRPO then sharpens it).
   entropy_coef: float = 0.0
+  # RL starts from the warm start's AdamW second moments (nu, count) instead of fresh ones: a
+  # fresh Adam's first steps move every parameter by about lr (update ~ sign of the gradient);
+  # carried, nu keeps the per-parameter scale the supervised steps measured. The first moments
+  # start at zero, so no supervised direction carries on into the RL steps.
+  carry_moments: bool = False
+  # A noisy teacher: this fraction of demonstrations replay the task's reference command, the
+  # rest one of its `teacher_mistakes` (plausible wrong commands, metadata of the procedural
+  # families), and every demonstration is kept whatever its grade. 1.0: the reference only,
+  # and only the ones the verifier passes are kept.
+  teacher_accuracy: float = 1.0
+
+  def __post_init__(self):
+    if not 0.0 < self.teacher_accuracy <= 1.0:
+      raise ValueError(f"sft.teacher_accuracy must be in (0, 1], got {self.teacher_accuracy}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,23 +230,47 @@ def _row_multiple(mesh, micro_batches: int) -> int:
   return int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert")])) * micro_batches
 
 
-def demonstrations(tasks, episodes: SandboxEpisodes, tok, workers: int) -> list[dict]:
-  """Reference actions replayed through the agent loop in real sandboxes; passing ones kept."""
+def demonstrations(
+  tasks, episodes: SandboxEpisodes, tok, workers: int, teacher_accuracy: float = 1.0, seed: int = 0
+) -> list[dict]:
+  """Teacher actions replayed through the agent loop in real sandboxes, with their grade.
 
-  def one(task):
-    acts = dict(task.metadata).get("demo_actions")
-    if not acts:
-      acts = [agent_lib.format_tool_call("shell", command=task.solution_script.strip())]
-      acts.append(agent_lib.format_tool_call("finish"))
-    policy = agent_lib.ScriptedPolicy(tok, list(acts))
+  The teacher replays each task's reference command (or `demo_actions`); with
+  `teacher_accuracy` < 1 a seeded share of tasks gets one of the task's `teacher_mistakes`
+  instead and every demonstration is kept (`passed` says which the verifier passed);
+  otherwise only passing ones are kept.
+  """
+  rng = np.random.default_rng(seed)
+  picks = rng.random(len(tasks)), rng.integers(0, 1 << 30, len(tasks))
+
+  def actions(i, task):
+    meta = dict(task.metadata)
+    if teacher_accuracy < 1.0 and picks[0][i] >= teacher_accuracy:
+      wrong = meta.get("teacher_mistakes")
+      if not wrong:
+        raise ValueError(
+          f"sft.teacher_accuracy={teacher_accuracy}: task {task.id} has no teacher_mistakes "
+          "in its metadata (procedural families that have them: echo_word)"
+        )
+      cmd = wrong[picks[1][i] % len(wrong)]
+    elif meta.get("demo_actions"):
+      return list(meta["demo_actions"])
+    else:
+      cmd = task.solution_script.strip()
+    return [agent_lib.format_tool_call("shell", command=cmd), agent_lib.format_tool_call("finish")]
+
+  def one(i_task):
+    i, task = i_task
+    policy = agent_lib.ScriptedPolicy(tok, actions(i, task))
     return episodes(task, f"demo-{task.id}", 0, policy=policy)
 
   with concurrent.futures.ThreadPoolExecutor(workers) as ex:
-    outs = list(ex.map(one, tasks))
+    outs = list(ex.map(one, enumerate(tasks)))
+  keep_failed = teacher_accuracy < 1.0
   return [
-    {"tokens": s.tokens, "loss_mask": s.loss_mask}
+    {"tokens": s.tokens, "loss_mask": s.loss_mask, "passed": o.reward >= 1.0 - 1e-6}
     for o in outs
-    if not o.infra_error and o.reward >= 1.0 - 1e-6
+    if not o.infra_error and (keep_failed or o.reward >= 1.0 - 1e-6)
     for s in o.episode.segments
   ]
 
@@ -246,10 +285,11 @@ def warm_start(
   pad_id: int,
   comm=multihost.Local(),
 ):
-  """Supervised steps on demonstrations (see module docstring); returns the new params.
+  """Supervised steps on demonstrations (see module docstring); returns the TrainState.
 
   In a multi-process job every process runs this with the same demos (`comm`: rl.multihost);
-  only process 0 has `tel`.
+  only process 0 has `tel`. The state is on the host (params, and the AdamW moments that
+  `sft.carry_moments` hands to RL).
   """
   from rl import packing
   from rl.train_state import create_train_state
@@ -270,7 +310,7 @@ def warm_start(
       lr=s.lr,
       warmup_steps=s.warmup_steps,
       decay_steps=max(s.steps, 1),
-      end_lr_ratio=1.0,
+      end_lr_ratio=s.end_lr_ratio,
       max_grad_norm=1.0,
     ),
     mesh=exp.train.mesh,
@@ -302,7 +342,25 @@ def warm_start(
         tel.log(i, {"sft/nll": nll}, progress=False)
         tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
     state, _ = comm.call(step_fn, state, on_mesh)
-  return comm.to_host(state.params)
+  return comm.to_host(state)
+
+
+def carry_moments(opt_state, sft_opt_state, shardings):
+  """`opt_state` with the AdamW second moments and count of `sft_opt_state`, as `shardings`.
+
+  The first moments stay zero (fresh), and the learning-rate schedule's own count starts at
+  0, so RL's warmup and decay run as configured.
+  """
+  import optax
+
+  def pick(rl, sft):
+    if not isinstance(rl, optax.ScaleByAdamState):
+      return rl
+    return rl._replace(nu=sft.nu, count=sft.count)
+
+  is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731
+  carried = jax.tree.map(pick, opt_state, sft_opt_state, is_leaf=is_adam)
+  return jax.device_put(carried, shardings)
 
 
 def _initial_params(exp: Experiment, tok):
@@ -389,14 +447,34 @@ def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
     if exp.sft.steps and not resuming:
       t0 = time.monotonic()
       demo_tasks = tasks.demo_tasks(exp.sft.demos)
-      demos = demonstrations(demo_tasks, episodes, tok, exp.rollout.max_concurrency)
-      tel.event("demonstrations", n=len(demos), of=len(demo_tasks), time_s=time.monotonic() - t0)
-      tel.write(f"[sft] {len(demos)} of {len(demo_tasks)} demonstrations verified")
+      demos = demonstrations(
+        demo_tasks,
+        episodes,
+        tok,
+        exp.rollout.max_concurrency,
+        exp.sft.teacher_accuracy,
+        exp.sft.seed,
+      )
+      passed = sum(d["passed"] for d in demos)
+      tel.event(
+        "demonstrations",
+        n=len(demos),
+        of=len(demo_tasks),
+        passed=passed,
+        time_s=time.monotonic() - t0,
+      )
+      tel.write(
+        f"[sft] {len(demos)} demonstrations of {len(demo_tasks)} tasks, {passed} pass the verifier"
+      )
       demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
-      params = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
+      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
+      params = sft.params
     state, shardings = create_train_state(
       model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params
     )
+    if exp.sft.steps and exp.sft.carry_moments and not resuming:
+      opt = carry_moments(state.opt_state, sft.opt_state, shardings.opt_state)
+      state = state.replace(opt_state=opt)
     eval_agent = dataclasses.replace(exp.agent, greedy=exp.env.eval_greedy)
     eval_fn = functools.partial(
       evaluate, mk_eps(eval_agent), eval_tasks, workers=exp.rollout.max_concurrency
@@ -470,10 +548,14 @@ def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
     mesh = _mesh(exp)
     if exp.sft.steps and not resuming:
       demos, pad_id = _shared_demos(comm, None, None)
-      params = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
+      sft = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
+      params = sft.params
     state, shardings = create_train_state(
       model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params
     )
+    if exp.sft.steps and exp.sft.carry_moments and not resuming:
+      opt = carry_moments(state.opt_state, sft.opt_state, shardings.opt_state)
+      state = state.replace(opt_state=opt)
     make_step = functools.partial(make_train_step, model_cfg, exp.train, mesh, shardings)
     state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train.rules)
   finally:

@@ -465,17 +465,20 @@ class SandboxEpisodes:
     return out
 
 
-def evaluate(run_episode, tasks, *, workers: int = 8, prefix: str = "eval") -> dict:
+def evaluate(run_episode, tasks, *, workers: int = 8, prefix: str = "eval", seed: int = 0) -> dict:
   """Runs each task once (with `run_episode`'s policy settings); pass rates by domain/difficulty.
 
+  Task i samples with its own seed, episode_seed(seed, i, 0, 0), the same at every eval (one
+  seed for all tasks would make every sampled eval draw the same choice at the same step).
   Infrastructure failures are excluded from the rates and counted in `<prefix>/infra_errors`.
   """
 
-  def one(task):
-    return task, run_episode(task, f"{prefix}-{task.id}", 0)
+  def one(i_task):
+    i, task = i_task
+    return task, run_episode(task, f"{prefix}-{task.id}", episode_seed(seed, i, 0, 0))
 
   with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=prefix) as ex:
-    results = list(ex.map(one, tasks))
+    results = list(ex.map(one, enumerate(tasks)))
   ok = [(t, o) for t, o in results if not o.infra_error]
   out = {f"{prefix}/infra_errors": float(len(results) - len(ok)), f"{prefix}/n": float(len(ok))}
   if not ok:

@@ -119,3 +119,23 @@ def test_reissued_groups_reuse_the_store(tmp_path):
   assert ("group_reused", {"group_id": 1}) in events and not any(
     "g0000001" in c for c in eps2.calls
   )
+
+
+def test_sampled_eval_draws_a_different_seed_for_every_task():
+  """A policy that passes when its first sampled draw lands in the right half: with one seed for
+  every task (the old eval) all 64 tasks draw the same choice and the rate is 0 or 1."""
+  import numpy as np
+
+  from rl.rollout import evaluate
+
+  def coin(task, tid, seed):
+    seg = agent.Segment([1, 2], [0, 1], [0.0, -0.7], [-1, 0])
+    ep = agent.Episode(tid, [seg], [agent.TurnRecord("a", "shell", None)], "finish")
+    ok = float(np.random.default_rng(seed).random() < 0.5)
+    return Outcome(ep, ok, passed=ok == 1.0)
+
+  tasks = [Task(f"t{i}", "do", "file_ops", 1, TestSpec()) for i in range(64)]
+  first = evaluate(coin, tasks, workers=4)
+  assert 0.3 < first["eval/pass_rate/overall"] < 0.7
+  assert evaluate(coin, tasks, workers=4) == first  # the same seeds at every eval
+  assert evaluate(coin, tasks, workers=4, seed=1) != first

@@ -5,6 +5,7 @@ Pure tests: no sandbox. End-to-end grading of loaded folders is in test_verifier
 
 import collections
 import pathlib
+import subprocess
 import textwrap
 
 import pytest
@@ -363,7 +364,12 @@ def test_procedural_families_are_deterministic_and_fresh():
     a, b, c = procedural.generate(fam, 1), procedural.generate(fam, 1), procedural.generate(fam, 2)
     assert a == b and a.id == f"procedural/{fam}-1"
     assert (a.instruction, a.workspace_files) != (c.instruction, c.workspace_files)
-    compile(a.tests.files[0].data, "test_task.py", "exec")
+    f = a.tests.files[0]
+    if a.tests.runner == "shell":  # a bash script that parses
+      assert f.path == "test.sh" and f.mode & 0o111
+      subprocess.run(["bash", "-n"], input=f.data, check=True)
+    else:
+      compile(f.data, "test_task.py", "exec")
   ids = {t.instruction for t in procedural.sample(200, seed=3, families=["echo_word"])}
   assert len(ids) == 200
 

@@ -50,7 +50,7 @@ def _warm(entropy_coef: float):
   exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
   params = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
   out = experiment.warm_start(exp, MODEL, experiment._mesh(exp), params, _demos(), None, 0)
-  return params, out
+  return params, out.params
 
 
 def test_warm_start_fits_and_entropy_bonus_keeps_the_policy_broad():
@@ -64,3 +64,36 @@ def test_warm_start_fits_and_entropy_bonus_keeps_the_policy_broad():
   assert hit_b == 1.0  # with the bonus the mode is still the demonstrated token ...
   assert ent_b > ent_p + 0.2 and nll_b > nll_p  # ... but the distribution stays broad
   assert ent_b < ent0  # and much sharper than the random init
+
+
+def test_carry_moments_hands_rl_the_second_moments_only():
+  import optax
+
+  from rl.config import OptimConfig, TrainConfig
+  from rl.train_state import create_train_state
+
+  init, _ = _warm(0.0)
+  exp = dataclasses.replace(Experiment(), model=MODEL, devices=1)
+  mesh = experiment._mesh(exp)
+  sft = SFTConfig(steps=6, batch_size=4, lr=1e-2, warmup_steps=2)
+  exp = dataclasses.replace(exp, sft=sft)
+  exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
+  ws = experiment.warm_start(exp, MODEL, mesh, init, _demos(), None, 0)
+  cfg = TrainConfig(optim=OptimConfig(lr=1e-3, warmup_steps=0))
+  state, sh = create_train_state(MODEL, cfg, mesh, jax.random.key(0), params=ws.params)
+  out = experiment.carry_moments(state.opt_state, ws.opt_state, sh.opt_state)
+
+  def adam(s):
+    return [
+      x
+      for x in jax.tree.leaves(s, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
+      if isinstance(x, optax.ScaleByAdamState)
+    ][0]
+
+  got, sft_adam = adam(jax.device_get(out)), adam(ws.opt_state)
+  assert int(got.count) == 6  # the supervised steps taken: bias correction goes on from there
+  jax.tree.map(np.testing.assert_array_equal, got.nu, sft_adam.nu)
+  assert all(not np.any(x) for x in jax.tree.leaves(got.mu))  # no supervised direction
+  assert any(np.any(x) for x in jax.tree.leaves(sft_adam.mu))
+  sched = [x for x in jax.tree.leaves(jax.device_get(out)) if np.ndim(x) == 0]
+  assert sorted(int(x) for x in sched) == [0, 6]  # the schedule's count starts at 0

@@ -31,13 +31,14 @@ from rl.trajectory_store import TrajectoryStore
 pytestmark = pytest.mark.slow
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-STEPS = 2
+STEPS = 6  # room for the SIGTERM after step 1 to land before the last step (episodes are fast)
 OVERRIDES = [
   "--config.devices=0",
   "--config.train.mesh.data=2",
   "--config.train.mesh.fsdp=2",
   f"--config.loop.steps={STEPS}",
   "--config.loop.checkpoint_every=1",
+  f"--config.loop.keep_checkpoints={STEPS + 1}",  # the 1-process run keeps the stop step
   "--config.loop.batch_groups=2",
   "--config.rollout.group_size=2",
   "--config.agent.max_new_tokens=32",

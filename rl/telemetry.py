@@ -146,6 +146,15 @@ def series(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
   return np.asarray(s), np.asarray(v, dtype=np.float64)
 
 
+def split_panels(values: dict[str, list[float]]) -> list[list[str]]:
+  """Curve names per panel: rates and fractions (every value in [0, 1]) apart from the rest.
+
+  On one axis with counts or seconds (eval/n, eval/time_s) a pass rate is a flat line at 0.
+  """
+  unit = [k for k, v in values.items() if len(v) and min(v) >= 0.0 and max(v) <= 1.0]
+  return [p for p in (unit, [k for k in values if k not in unit]) if p]
+
+
 def plot_curves(workdir: str | os.PathLike, groups: list[str] | None = None) -> list[pathlib.Path]:
   """One PNG per metric group (prefix before the first '/'), under WORKDIR/plots/."""
   import matplotlib
@@ -171,14 +180,17 @@ def plot_curves(workdir: str | os.PathLike, groups: list[str] | None = None) -> 
   for group, gkeys in sorted(by_group.items()):
     if groups is not None and group not in groups:
       continue
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for k in gkeys[:12]:
-      s, v = series(records, k)
-      ax.plot(s, v, label=k, marker="." if len(s) < 30 else None)
-    ax.set_xlabel("step")
-    ax.set_title(group)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    curves = {k: series(records, k) for k in gkeys[:12]}
+    panels = split_panels({k: v for k, (_, v) in curves.items()})
+    fig, axes = plt.subplots(len(panels), 1, figsize=(6, 3.5 * len(panels)), squeeze=False)
+    for ax, names in zip(axes[:, 0], panels, strict=True):
+      for k in names:
+        s, v = curves[k]
+        ax.plot(s, v, label=k, marker="." if len(s) < 30 else None)
+      ax.set_xlabel("step")
+      ax.grid(alpha=0.3)
+      ax.legend(fontsize=7, loc="best")
+    axes[0, 0].set_title(group)
     fig.tight_layout()
     path = out_dir / f"{group}.png"
     fig.savefig(path, dpi=90)

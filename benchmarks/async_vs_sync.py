@@ -19,12 +19,14 @@ import argparse
 import dataclasses
 import json
 import pathlib
+import sys
 import tempfile
 import time
 
 import numpy as np
 
-from configs import toy
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
+from configs import toy  # noqa: E402
 from rl import experiment
 from rl.telemetry import read_metrics
 

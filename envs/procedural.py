@@ -53,9 +53,10 @@ def _task(
 
   `mistakes`: plausible wrong commands, the noisy teacher's (rl.experiment.demonstrations).
   """
-  spec = TestSpec((FileEntry("test_task.py", (_HEADER + tests).encode()),))
   if shell:
     spec = TestSpec((FileEntry("test.sh", shell.encode(), 0o755),), runner="shell")
+  else:
+    spec = TestSpec((FileEntry("test_task.py", (_HEADER + tests).encode()),))
   return Task(
     id=f"procedural/{family}-{seed}",
     instruction=instruction,
@@ -80,14 +81,14 @@ def echo_word(rng: random.Random, seed: int) -> Task:
   shell = textwrap.dedent(f"""\
     #!/bin/bash
     f="$AGENTRL_WORKSPACE/{name}.txt"
+    echo 0 > "$LOGS_DIR/reward.txt"
     if [ ! -f "$f" ]; then
-      echo "{name}.txt is missing"; echo 0 > "$LOGS_DIR/reward.txt"; exit 1
+      echo "{name}.txt is missing"; exit 1
     fi
-    if printf '{word}' | cmp -s - "$f" || printf '{word}\\n' | cmp -s - "$f"; then
-      echo 1 > "$LOGS_DIR/reward.txt"
-    else
-      echo "{name}.txt does not hold exactly {word}"; echo 0 > "$LOGS_DIR/reward.txt"; exit 1
+    if ! {{ printf '{word}' | cmp -s - "$f" || printf '{word}\\n' | cmp -s - "$f"; }}; then
+      echo "{name}.txt does not hold exactly {word}"; exit 1
     fi
+    echo 1 > "$LOGS_DIR/reward.txt"
   """)
   return _task(
     "echo_word",

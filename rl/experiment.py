@@ -241,18 +241,18 @@ def demonstrations(
   otherwise only passing ones are kept.
   """
   rng = np.random.default_rng(seed)
-  picks = rng.random(len(tasks)), rng.integers(0, 1 << 30, len(tasks))
+  right_u, which = rng.random(len(tasks)), rng.integers(0, 1 << 30, len(tasks))
 
   def actions(i, task):
     meta = dict(task.metadata)
-    if teacher_accuracy < 1.0 and picks[0][i] >= teacher_accuracy:
+    if teacher_accuracy < 1.0 and right_u[i] >= teacher_accuracy:
       wrong = meta.get("teacher_mistakes")
       if not wrong:
         raise ValueError(
           f"sft.teacher_accuracy={teacher_accuracy}: task {task.id} has no teacher_mistakes "
           "in its metadata (procedural families that have them: echo_word)"
         )
-      cmd = wrong[picks[1][i] % len(wrong)]
+      cmd = wrong[which[i] % len(wrong)]
     elif meta.get("demo_actions"):
       return list(meta["demo_actions"])
     else:
@@ -268,9 +268,9 @@ def demonstrations(
     outs = list(ex.map(one, enumerate(tasks)))
   keep_failed = teacher_accuracy < 1.0
   return [
-    {"tokens": s.tokens, "loss_mask": s.loss_mask, "passed": o.reward >= 1.0 - 1e-6}
+    {"tokens": s.tokens, "loss_mask": s.loss_mask, "passed": o.passed}
     for o in outs
-    if not o.infra_error and (keep_failed or o.reward >= 1.0 - 1e-6)
+    if not o.infra_error and (keep_failed or o.passed)
     for s in o.episode.segments
   ]
 
@@ -354,13 +354,27 @@ def carry_moments(opt_state, sft_opt_state, shardings):
   import optax
 
   def pick(rl, sft):
-    if not isinstance(rl, optax.ScaleByAdamState):
-      return rl
-    return rl._replace(nu=sft.nu, count=sft.count)
+    if isinstance(rl, optax.ScaleByAdamState):
+      return rl._replace(nu=sft.nu, count=sft.count)
+    return rl
 
   is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731
-  carried = jax.tree.map(pick, opt_state, sft_opt_state, is_leaf=is_adam)
-  return jax.device_put(carried, shardings)
+  return jax.device_put(jax.tree.map(pick, opt_state, sft_opt_state, is_leaf=is_adam), shardings)
+
+
+def _rl_state(exp: Experiment, model_cfg, mesh, params, sft):
+  """RL's TrainState and shardings: from the warm start's params (`sft`, its host TrainState,
+  or None: `params`), with its AdamW moments when `sft.carry_moments`."""
+  from rl.train_state import create_train_state
+
+  if sft is not None:
+    params = sft.params
+  key = jax.random.key(exp.loop.seed)
+  state, shardings = create_train_state(model_cfg, exp.train, mesh, key, params=params)
+  if sft is not None and exp.sft.carry_moments:
+    opt = carry_moments(state.opt_state, sft.opt_state, shardings.opt_state)
+    state = state.replace(opt_state=opt)
+  return state, shardings
 
 
 def _initial_params(exp: Experiment, tok):
@@ -396,7 +410,6 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
 def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
   from models.engine import Engine
   from models.generator import Generator
-  from rl.train_state import create_train_state
 
   wd = pathlib.Path(workdir)
   wd.mkdir(parents=True, exist_ok=True)
@@ -444,6 +457,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
     gen = ray_rollout.from_experiment(exp, model_cfg, params, on_event=tel.event, tokenizer=tok)
     episodes, mk_eps = gen, gen.with_agent
   try:
+    sft = None  # the warm start's TrainState, if it runs
     if exp.sft.steps and not resuming:
       t0 = time.monotonic()
       demo_tasks = tasks.demo_tasks(exp.sft.demos)
@@ -468,13 +482,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
       )
       demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
       sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
-      params = sft.params
-    state, shardings = create_train_state(
-      model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params
-    )
-    if exp.sft.steps and exp.sft.carry_moments and not resuming:
-      opt = carry_moments(state.opt_state, sft.opt_state, shardings.opt_state)
-      state = state.replace(opt_state=opt)
+    state, shardings = _rl_state(exp, model_cfg, mesh, params, sft)
     eval_agent = dataclasses.replace(exp.agent, greedy=exp.env.eval_greedy)
     eval_fn = functools.partial(
       evaluate, mk_eps(eval_agent), eval_tasks, workers=exp.rollout.max_concurrency
@@ -539,23 +547,17 @@ def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[l
 
 def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
   """A process other than 0 of a multi-process run: process 0's device work, no host work."""
-  from rl.train_state import create_train_state
   from rl.train_step import make_train_step
 
   try:
     comm.watch(lambda: ckpt.preempted)
     model_cfg, params = _initial_params(exp, None)
     mesh = _mesh(exp)
+    sft = None
     if exp.sft.steps and not resuming:
       demos, pad_id = _shared_demos(comm, None, None)
       sft = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
-      params = sft.params
-    state, shardings = create_train_state(
-      model_cfg, exp.train, mesh, jax.random.key(exp.loop.seed), params=params
-    )
-    if exp.sft.steps and exp.sft.carry_moments and not resuming:
-      opt = carry_moments(state.opt_state, sft.opt_state, shardings.opt_state)
-      state = state.replace(opt_state=opt)
+    state, shardings = _rl_state(exp, model_cfg, mesh, params, sft)
     make_step = functools.partial(make_train_step, model_cfg, exp.train, mesh, shardings)
     state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train.rules)
   finally:

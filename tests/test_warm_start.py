@@ -72,7 +72,7 @@ def test_carry_moments_hands_rl_the_second_moments_only():
   from rl.config import OptimConfig, TrainConfig
   from rl.train_state import create_train_state
 
-  init, _ = _warm(0.0)
+  init = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
   exp = dataclasses.replace(Experiment(), model=MODEL, devices=1)
   mesh = experiment._mesh(exp)
   sft = SFTConfig(steps=6, batch_size=4, lr=1e-2, warmup_steps=2)
@@ -84,11 +84,8 @@ def test_carry_moments_hands_rl_the_second_moments_only():
   out = experiment.carry_moments(state.opt_state, ws.opt_state, sh.opt_state)
 
   def adam(s):
-    return [
-      x
-      for x in jax.tree.leaves(s, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
-      if isinstance(x, optax.ScaleByAdamState)
-    ][0]
+    is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731
+    return next(x for x in jax.tree.leaves(s, is_leaf=is_adam) if is_adam(x))
 
   got, sft_adam = adam(jax.device_get(out)), adam(ws.opt_state)
   assert int(got.count) == 6  # the supervised steps taken: bias correction goes on from there

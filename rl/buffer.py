@@ -12,8 +12,9 @@ done) and staleness bound eta, a new group may start only while
 Policy for in-flight groups that become stale: the engine hot-swaps weights, so running
 episodes continue with the newest policy (each token carries its version and decoupled PPO
 corrects for it). Admission bounds staleness by start version; because slow groups can still
-finish late, the buffer checks again when handing out a batch and drops any group with
-staleness > eta (counted in `stats()['stale_dropped']`); dropping frees its admission slot, so
+finish late, a batch takes the groups with the oldest `min_version` first (so a group near
+the bound is trained before it expires), and the buffer checks again when handing out a batch
+and drops any group with staleness > eta (counted in `stats()['stale_dropped']`); dropping frees its admission slot, so
 a replacement is started. No consumed group ever exceeds eta.
 
 Restart rule (AReaL): on restore `accepted = version * batch_size` plus the groups restored
@@ -111,14 +112,19 @@ class StalenessBuffer:
     self._items = keep
 
   def get_batch(self, n: int | None = None, timeout: float | None = None) -> list | None:
-    """Blocks until `n` (default batch_size) groups are ready; pops them FIFO. None on timeout."""
+    """Blocks until `n` (default batch_size) groups are ready; pops the n with the oldest
+    min_version (FIFO among equals). None on timeout."""
     n = n or self.batch_size
     deadline = None if timeout is None else time.monotonic() + timeout
     with self._cv:
       while True:
         self._drop_stale()
         if len(self._items) >= n:
-          batch = [self._items.popleft() for _ in range(n)]
+          # oldest policy first (stable: FIFO among equals), so groups near the bound are
+          # trained before they expire; sync runs (all one version) stay FIFO
+          order = sorted(range(len(self._items)), key=lambda i: self._items[i].min_version)
+          batch = [self._items[i] for i in order[:n]]
+          self._items = collections.deque(self._items[i] for i in sorted(order[n:]))
           self.consumed_staleness += [self.version - g.min_version for g in batch]
           self._cv.notify_all()
           return batch

@@ -202,6 +202,7 @@ class Trainer:
     self.evaluate, self.on_batch, self.pad_id = evaluate, on_batch, pad_id
     self.step = 0
     self._step_fn = None
+    self.compiles = 0  # update-step compilations so far (train/compiles)
     n_batch = int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert")]))
     self.row_multiple = n_batch * train_cfg.micro_batches
     self.history: list[dict] = []
@@ -271,7 +272,9 @@ class Trainer:
       self._step_fn = make_train_step(
         self.model_cfg, self.train_cfg, self.mesh, self.state_shardings, batch
       )
+    n = self._step_fn._cache_size()
     self.state, metrics = self._step_fn(self.state, batch)
+    self.compiles += self._step_fn._cache_size() - n  # a new batch layout (rl.layout)
     return metrics  # on device: update() reads the last step's once
 
   def update(self, last_end: float) -> dict:
@@ -345,7 +348,7 @@ class Trainer:
       {
         "time/step_s": wall,
         "time/wait_s": t1 - t0,
-        "time/train_s": t2 - t1,
+        "time/train_s": t2 - t1,  # includes compiling a new layout (train/compiles)
         "time/sync_s": t3 - t2,
         "time/idle_frac": (t1 - t0) / wall,
         "throughput/rollout_tokens_per_s": gen_tok / wall,
@@ -353,6 +356,7 @@ class Trainer:
         "throughput/trajectories_per_s": sum(len(g.rows) for g in groups) / wall,
         "batch/sequences": n_seqs,
         "batch/rows": batch["tokens_BT"].shape[0],
+        "train/compiles": float(self.compiles),
       }
     )
     st = self.buffer.stats()
@@ -364,6 +368,7 @@ class Trainer:
         "buffer/stale_dropped": st.get("stale_dropped", 0),
         "buffer/infra_masked": st.get("infra", 0),
         "rollout/concurrency": self.rollouts.controller.limit,
+        "rollout/prefetched_ready": self.rollouts.prefetched_ready,
       }
     )
     eps = []

@@ -17,6 +17,17 @@ Group ids are issued in order; trajectory ids are `g<group_id>-s<sample>`, so a 
 re-issues exactly the groups that were in flight, with the same ids. A group already in the
 store (finished after the last checkpoint, before a crash) is re-used, not re-run.
 
+Prefetch (`prefetch_groups` > 0, with a `run_episode` that has `prepare(task)`, as
+SandboxEpisodes does): creating a task's sandbox and running its set-up script (an image
+start, a build, a dependency install) uses no policy, so a prefetch thread does it for up to
+`prefetch_groups` groups *before* they are admitted. Admission (AReaL's rule) then counts only
+the policy-dependent part of an episode (generation, tools, grading), and a slow build no
+longer holds a staleness slot. Prefetched groups already have their ids, so they are in the
+checkpoint's in-flight list and a resumed run re-issues them. Synchronous runs admit prefetched
+groups in issue order (the same sequence as without prefetch); asynchronous runs admit whichever
+group's sandboxes are ready first. A sandbox that fails to set up is an infrastructure failure
+of its episode's first attempt (retried in a fresh sandbox). Not on the Ray path.
+
 Synchronous runs (staleness 0) decide in group-id order: a finished group waits until every
 lower-id group that started has been decided. Which groups are dropped, replaced and trained
 is then a function of the seed and the rewards, not of which episode happened to finish first,
@@ -55,6 +66,15 @@ def _spawn(fn, *args, name: str) -> concurrent.futures.Future:
 
   threading.Thread(target=run, name=name, daemon=True).start()
   return fut
+
+
+def _discard(prepared) -> None:
+  """Closes a prefetched task sandbox that will not be used (None and exceptions: nothing)."""
+  if hasattr(prepared, "close"):
+    try:
+      prepared.close()
+    except Exception:  # closing a sandbox nobody uses must not fail the run
+      traceback.print_exc()
 
 
 def trajectory_id(group_id: int, sample: int) -> str:
@@ -177,6 +197,9 @@ class RolloutConfig:
   buffer_low: int = 1  # groups; below it concurrency grows
   buffer_high: int = 0  # above it concurrency shrinks; 0 = 2 * batch size
   lookahead: int = 1  # fresh tasks drawn ahead and ordered by their priority
+  # Groups whose G sandboxes are created and set up ahead of admission (0: off). Set-up uses
+  # no policy, so it need not spend the staleness budget (module docstring, "Prefetch").
+  prefetch_groups: int = 0
   # This many groups masked for infrastructure failures in a row stop the run (a dead engine or
   # a broken sandbox backend fails every episode: retrying forever would hide it). 0: never.
   max_masked_in_a_row: int = 32
@@ -220,6 +243,10 @@ class RolloutManager:
     self._stop = threading.Event()
     self._errors: list[BaseException] = []
     self._thread = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
+    self.prefetch = cfg.prefetch_groups if hasattr(run_episode, "prepare") else 0
+    self._prepared: dict[int, tuple] = {}  # group id -> (task, [Future]), in issue order
+    self._prep_cv = threading.Condition(self.lock)
+    self._prefetcher = threading.Thread(target=self._prefetch, name="rollout-prefetch", daemon=True)
 
   # -- lifecycle ----------------------------------------------------------
   def start(self, reissue: dict[int, str] | None = None) -> None:
@@ -228,6 +255,8 @@ class RolloutManager:
       for gid, task_id in sorted((reissue or {}).items()):
         self.inflight[gid] = task_id
         self.queue.push((gid, self.tasks.get(task_id)), priority=float("inf"))
+    if self.prefetch:
+      self._prefetcher.start()
     self._thread.start()
 
   def stop(self) -> None:
@@ -235,8 +264,21 @@ class RolloutManager:
     self.buffer.close()
     self.queue.close()
     self._thread.join()
+    if self.prefetch:
+      self._prefetcher.join()
+      with self.lock:
+        pending, self._prepared = list(self._prepared.values()), {}
+      for _, futs in pending:  # ready ones close here; the rest close themselves when done
+        for f in futs:
+          f.add_done_callback(lambda f: _discard(f.result()))
     # Running episodes are abandoned (daemon threads; nothing of theirs is stored after stop):
     # their groups are in the checkpoint's in-flight list and are re-issued on resume.
+
+  @property
+  def prefetched_ready(self) -> int:
+    """Groups whose sandboxes are set up and waiting for admission."""
+    with self.lock:
+      return sum(all(f.done() for f in futs) for _, futs in self._prepared.values())
 
   def check(self) -> None:
     if self._errors:
@@ -254,7 +296,7 @@ class RolloutManager:
       }
 
   # -- production ---------------------------------------------------------
-  def _next_work(self):
+  def _next_work(self, start: bool = True):
     """The next group to run: re-issued ones first, then fresh tasks by priority.
 
     Fresh group ids are issued `lookahead` at a time into the priority queue (a task's
@@ -270,7 +312,8 @@ class RolloutManager:
           self.inflight[gid] = task.id
           self.queue.push((gid, task), priority=float(dict(task.metadata).get("priority", 0)))
       work = self.queue.pop(timeout=0)
-      self._started.add(work[0])
+      if start:
+        self._started.add(work[0])
       return work
 
   def _produce(self) -> None:
@@ -278,16 +321,68 @@ class RolloutManager:
       while not self._stop.is_set():
         if not self.buffer.admit(timeout=0.2):
           continue
-        gid, task = self._next_work()
-        _spawn(self._run_group_safe, gid, task, name=f"group-{gid}")
+        if self.prefetch:
+          gid, task, prepared = self._take_prepared()
+        else:
+          (gid, task), prepared = self._next_work(), None
+        _spawn(self._run_group_safe, gid, task, prepared, name=f"group-{gid}")
     except BufferClosed:
       pass
     except BaseException as e:  # surfaced to the trainer by check()
       self._errors.append(e)
 
-  def _run_group_safe(self, gid: int, task) -> None:
+  # -- prefetch (module docstring) ------------------------------------------
+  def _prefetch(self) -> None:
     try:
-      self._finish_group(gid, task, self._load_or_run(gid, task))
+      while not self._stop.is_set():
+        with self._prep_cv:
+          if len(self._prepared) >= self.prefetch:
+            self._prep_cv.wait(0.2)
+            continue
+          gid, task = self._next_work(start=False)
+          futs = [
+            _spawn(self._prepare_one, task, name=f"prepare-{gid}-{s}")
+            for s in range(self.cfg.group_size)
+          ]
+          self._prepared[gid] = (task, futs)
+        for f in futs:
+          f.add_done_callback(self._notify_prepared)
+    except BaseException as e:
+      self._errors.append(e)
+      self.buffer.close()
+
+  def _prepare_one(self, task):
+    """A set-up task sandbox, or the exception that set-up raised (its episode's infra error)."""
+    try:
+      ts = self.run_episode.prepare(task)
+    except Exception as e:
+      return e
+    if self._stop.is_set():
+      _discard(ts)
+      return None
+    return ts
+
+  def _notify_prepared(self, _fut) -> None:
+    with self._prep_cv:
+      self._prep_cv.notify_all()
+
+  def _take_prepared(self):
+    """An admitted group's prefetched sandboxes: the oldest (sync) or the first ready (async)."""
+    with self._prep_cv:
+      while not self._stop.is_set():
+        ids = list(self._prepared)[:1] if self.in_order else list(self._prepared)
+        ready = [g for g in ids if all(f.done() for f in self._prepared[g][1])]
+        if ready:
+          task, futs = self._prepared.pop(ready[0])
+          self._started.add(ready[0])
+          self._prep_cv.notify_all()
+          return ready[0], task, [f.result() for f in futs]
+        self._prep_cv.wait(0.2)
+    raise BufferClosed()
+
+  def _run_group_safe(self, gid: int, task, prepared=None) -> None:
+    try:
+      self._finish_group(gid, task, self._load_or_run(gid, task, prepared))
     except BufferClosed:
       pass
     except BaseException as e:
@@ -295,7 +390,8 @@ class RolloutManager:
       self._errors.append(e)
       self.buffer.close()
 
-  def _load_or_run(self, gid: int, task) -> Group:
+  def _load_or_run(self, gid: int, task, prepared=None) -> Group:
+    prepared = prepared or [None] * self.cfg.group_size
     rows = self.store.read_group(gid)
     if (
       rows
@@ -304,9 +400,11 @@ class RolloutManager:
       and not any(r["infra_error"] for r in rows)
     ):
       self.on_event("group_reused", group_id=gid)
+      for p in prepared:
+        _discard(p)
       return Group(gid, task.id, rows)
     futs = [
-      _spawn(self._episode_with_retries, gid, task, s, name=f"episode-{gid}-{s}")
+      _spawn(self._episode_with_retries, gid, task, s, prepared[s], name=f"episode-{gid}-{s}")
       for s in range(self.cfg.group_size)
     ]
     rows = [f.result() for f in futs]
@@ -318,13 +416,16 @@ class RolloutManager:
     self.store.write_group(rows)
     return group
 
-  def _episode_with_retries(self, gid: int, task, sample: int) -> dict:
+  def _episode_with_retries(self, gid: int, task, sample: int, prepared=None) -> dict:
     for attempt in range(self.cfg.max_infra_retries + 1):
       seed = episode_seed(self.cfg.seed, gid, sample, attempt)
       with self.controller.semaphore:
         if self._stop.is_set():
+          _discard(prepared)
           raise BufferClosed()
-        out = self.run_episode(task, trajectory_id(gid, sample), seed)
+        kw = {} if prepared is None else {"prepared": prepared}
+        prepared = None  # a retry sets up a fresh sandbox
+        out = self.run_episode(task, trajectory_id(gid, sample), seed, **kw)
       if self._stop.is_set():
         raise BufferClosed()  # stopping: the engine and telemetry may already be closed
       row = episode_row(task, gid, sample, out)
@@ -417,15 +518,24 @@ class SandboxEpisodes:
     self.backend, self.image = backend, image
     self.verifier = Verifier(VerifierConfig(mode=verifier_mode))
 
-  def __call__(self, task, trajectory_id: str, seed: int, policy=None) -> Outcome:
-    from envs.task_env import TaskSetupError, open_task_sandbox
+  def prepare(self, task):
+    """The task's sandbox, created and set up (no policy involved: prefetched ahead)."""
+    from envs.task_env import open_task_sandbox
+
+    return open_task_sandbox(task, self.backend, self.image)
+
+  def __call__(self, task, trajectory_id: str, seed: int, policy=None, prepared=None) -> Outcome:
+    """`prepared`: a sandbox from `prepare(task)` (or the exception it raised) to use."""
+    from envs.task_env import TaskSetupError
 
     t0 = time.monotonic()
     cfg = dataclasses.replace(
       self.agent_cfg, episode_timeout_s=min(self.agent_cfg.episode_timeout_s, task.agent_timeout_s)
     )
     try:
-      ts = open_task_sandbox(task, self.backend, self.image)
+      if isinstance(prepared, BaseException):
+        raise prepared
+      ts = prepared or self.prepare(task)
     except (SandboxError, TaskSetupError, OSError) as e:
       ep = agent_lib.Episode(
         trajectory_id,

@@ -57,6 +57,18 @@ def test_stale_groups_are_dropped_at_consumption_and_replaced():
   assert b.try_admit()  # the dropped groups' slots went back to admission
 
 
+def test_batches_take_the_oldest_policy_first():
+  b = buf_lib.StalenessBuffer(batch_size=2, max_staleness=2)
+  for i, v in enumerate([2, 1, 2, 0, 1]):  # arrival order, min_version
+    assert b.try_admit()
+    b.put(G(i, v))
+  b.set_version(2)
+  # oldest min_version first, arrival order among equals; the rest keep their order
+  assert [g.group_id for g in b.get_batch()] == [3, 1]
+  assert [g.group_id for g in b.items()] == [0, 2, 4]
+  assert [g.group_id for g in b.get_batch()] == [4, 0]
+
+
 def test_random_async_schedule_never_exceeds_the_bound():
   """Producers and a trainer at random speeds: every consumed group has staleness <= eta."""
   rng = random.Random(0)

@@ -39,12 +39,24 @@ def test_sync_toy_run_improves(tmp_path):
   assert (tmp_path / "plots" / "pass_rate.png").exists()
 
 
-def _kill_sandboxes(workdir, stop: threading.Event, killed: list, every_s=4.0, max_kills=3):
-  """SIGKILLs a running sandbox (a bwrap process this test started) now and then, once the RL
-  loop has begun (its step-0 checkpoint exists: the warm start's demonstrations are done)."""
+def _infra_errors(workdir) -> int:
+  path = workdir / "events.jsonl"
+  return path.read_text().count('"infra_error"') if path.exists() else 0
+
+
+def _kill_sandboxes(workdir, stop: threading.Event, killed: list, steps: int, every_s=2.0):
+  """SIGKILLs a running sandbox (a bwrap process this test started) now and then while the RL
+  loop runs (from its step-0 checkpoint, after the warm start's demonstrations, to 3 steps
+  before its end, after which the sandboxes alive may be ones the stopping loop abandons),
+  until 2 kills have shown up as infrastructure errors. A kill can land on a sandbox that is
+  already closing (its episode done): that one counts for nothing, so the test kills again."""
   while not stop.wait(0.5) and not (workdir / "checkpoints" / "0").exists():
     pass
-  while not stop.wait(every_s) and len(killed) < max_kills:
+  while not stop.wait(every_s) and _infra_errors(workdir) < 2 and len(killed) < 12:
+    m = workdir / "metrics.jsonl"
+    recs = [json.loads(x) for x in m.read_text().splitlines()] if m.exists() else []
+    if max((r["step"] for r in recs if "time/step_s" in r), default=0) >= steps - 3:
+      return  # RL steps only (the warm start logs its own steps too)
     killed += sandbox_testing.kill_own_bwraps(limit=1)
 
 
@@ -54,7 +66,7 @@ def test_async_toy_run_improves_within_staleness_despite_dead_sandboxes(tmp_path
   c.train.loss.decoupled = True
   exp = experiment.to_experiment(c)
   stop, killed = threading.Event(), []
-  killer = threading.Thread(target=_kill_sandboxes, args=(tmp_path, stop, killed))
+  killer = threading.Thread(target=_kill_sandboxes, args=(tmp_path, stop, killed, exp.loop.steps))
   killer.start()
   try:
     summary = experiment.run(exp, str(tmp_path))
@@ -69,7 +81,7 @@ def test_async_toy_run_improves_within_staleness_despite_dead_sandboxes(tmp_path
   assert max(stal) <= 1 and 1 in stal
   # Killed sandboxes became infrastructure errors (retried or masked), never rewards.
   events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
-  assert killed and any(e["kind"] == "infra_error" for e in events)
+  assert killed and any(e["kind"] == "infra_error" for e in events), killed
   table = TrajectoryStore(tmp_path).read(["trajectory_id", "infra_error", "tool_errors", "reward"])
   trained = set(TrajectoryStore(tmp_path).read_batches().column("trajectory_id").to_pylist())
   rows = {r["trajectory_id"]: r for r in table.to_pylist()}

@@ -150,11 +150,12 @@ class PolicyAgent:
 
   def __init__(self, policy, tokenizer, agent_cfg=None, system_prompt: str | None = None):
     from envs import agent as agent_lib  # jax-backed; imported only when a model is evaluated
+    from envs import tool_format
 
     self.policy = policy
     self.agent_cfg = agent_cfg or agent_lib.AgentConfig()
-    prompt = agent_lib.DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
-    self.fmt = agent_lib.ChatFormat(tokenizer, prompt)
+    prompt = tool_format.DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    self.fmt = tool_format.ChatFormat(tokenizer, prompt)
 
   def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
     from envs import agent as agent_lib
@@ -376,35 +377,3 @@ def sample_tasks(tasks: Sequence[Task], per_suite: int, seed: int = 0) -> list[T
     rng = random.Random(f"{seed}:{suite}")
     keep |= {t.id for t in (ts if len(ts) <= per_suite else rng.sample(ts, per_suite))}
   return [t for t in tasks if t.id in keep]
-
-
-def policy_from_checkpoint(
-  checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1
-) -> tuple[PolicyAgent, Callable[[], None]]:
-  """A PolicyAgent over a local HF checkpoint folder, and a function that shuts it down.
-
-  tokenizer: `auto` (the checkpoint's tokenizer.json), `byte` (models.tokenizer.ByteTokenizer)
-  or a folder holding tokenizer.json.
-  """
-  from envs.agent import AgentConfig
-  from models import hf
-  from models.engine import Engine
-  from models.generator import Generator
-  from models.tokenizer import ByteTokenizer
-
-  agent_cfg = agent_cfg or AgentConfig(greedy=True)
-  model_cfg, params = hf.load(checkpoint)
-  tok = (
-    ByteTokenizer()
-    if tokenizer == "byte"
-    else hf.load_tokenizer(checkpoint if tokenizer == "auto" else tokenizer)
-  )
-  if tok.vocab_size > model_cfg.vocab_size:
-    raise ValueError(
-      f"tokenizer has {tok.vocab_size} ids but the checkpoint {checkpoint} only {model_cfg.vocab_size}"
-    )
-  max_len = min(model_cfg.max_seq_len, agent_cfg.max_context_tokens)
-  agent_cfg = dataclasses.replace(agent_cfg, max_context_tokens=max_len)
-  engine = Engine(model_cfg, params, max_concurrent_decodes=concurrency, max_seq_len=max_len)
-  gen = Generator(engine, tokenizer=tok)
-  return PolicyAgent(gen, tok, agent_cfg), gen.close

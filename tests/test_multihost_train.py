@@ -25,8 +25,8 @@ import jax
 import numpy as np
 import pytest
 
-from rl.telemetry import read_metrics
-from rl.trajectory_store import TrajectoryStore
+from rl.runtime.telemetry import read_metrics
+from rl.runtime.trajectory_store import TrajectoryStore
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +120,8 @@ def _final_params(workdir: pathlib.Path, step: int):
   """The step's checkpointed params, restored on a data=2 x fsdp=2 mesh of this process."""
   from configs import toy
   from parallel.mesh import make_mesh
-  from rl.checkpoint import Checkpointer
-  from rl.experiment import to_experiment
+  from rl.config import to_experiment
+  from rl.runtime.checkpoint import Checkpointer
   from rl.train_state import create_train_state
 
   exp = to_experiment(toy.get_config())

@@ -68,7 +68,9 @@ def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
   `state_dict()`, `load_state_dict(d)`, as ProceduralTasks and PoolTasks implement).
   """
   exp.validate()
-  comm = multihost.channel()  # multi-process: only process 0 does host work (rl/multihost.py)
+  comm = (
+    multihost.channel()
+  )  # multi-process: only process 0 does host work (rl/runtime/multihost.py)
   if comm.multi and exp.devices not in (0, jax.device_count()):
     raise ValueError(f"devices={exp.devices}: a multi-process run trains on all devices (0)")
   try:

@@ -24,19 +24,6 @@ from rl.train_state import create_train_state
 from rl.train_step import make_compute_logprobs, make_train_step
 
 
-class _OneProcess:
-  """The single-process channel: device work runs as is (rl.runtime.multihost.Local's API)."""
-
-  def batch(self, batch, mesh, rules=()):
-    return batch
-
-  def call(self, fn, *args):
-    return fn(*args)
-
-  def to_host(self, tree):
-    return jax.device_get(tree)
-
-
 def demonstrations(
   tasks, episodes, tok, workers: int, teacher_accuracy: float = 1.0, seed: int = 0
 ) -> list[dict]:
@@ -90,12 +77,12 @@ def warm_start(
   demos: list[dict],
   tel,  # rl.runtime.telemetry.Telemetry, or None (no logging)
   pad_id: int,
-  comm=None,
+  comm,
 ):
   """Supervised steps on demonstrations (see module docstring); returns the TrainState.
 
-  In a multi-process job every process runs this with the same demos (`comm`: a channel of
-  rl.runtime.multihost; None: one process);
+  `comm`: rl.runtime.multihost's channel (`Local()` in one process); in a multi-process job
+  every process runs this with the same demos;
   only process 0 has `tel`. The state is on the host (params, and the AdamW moments that
   `sft.carry_moments` hands to RL).
   """
@@ -122,7 +109,6 @@ def warm_start(
   )
   state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(s.seed), params=params)
   rng = np.random.default_rng(s.seed)
-  comm = comm or _OneProcess()
   mult = row_multiple(mesh, 1)
   step_fn = logp_fn = None
   for i in range(s.steps):

@@ -10,6 +10,7 @@ from models import transformer
 from models.config import tiny
 from rl import warm_start
 from rl.config import Experiment, SFTConfig
+from rl.runtime import multihost
 from rl.runtime import run as rl_run
 
 MODEL = tiny(
@@ -50,7 +51,9 @@ def _warm(entropy_coef: float):
   exp = dataclasses.replace(Experiment(), model=MODEL, sft=sft, devices=1)
   exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
   params = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
-  out = warm_start.warm_start(exp, MODEL, rl_run.training_mesh(exp), params, _demos(), None, 0)
+  out = warm_start.warm_start(
+    exp, MODEL, rl_run.training_mesh(exp), params, _demos(), None, 0, multihost.Local()
+  )
   return params, out.params
 
 
@@ -79,7 +82,7 @@ def test_carry_moments_hands_rl_the_second_moments_only():
   sft = SFTConfig(steps=6, batch_size=4, lr=1e-2, warmup_steps=2)
   exp = dataclasses.replace(exp, sft=sft)
   exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
-  ws = warm_start.warm_start(exp, MODEL, mesh, init, _demos(), None, 0)
+  ws = warm_start.warm_start(exp, MODEL, mesh, init, _demos(), None, 0, multihost.Local())
   cfg = TrainConfig(optim=OptimConfig(lr=1e-3, warmup_steps=0))
   state, sh = create_train_state(MODEL, cfg, mesh, jax.random.key(0), params=ws.params)
   out = warm_start.carry_moments(state.opt_state, ws.opt_state, sh.opt_state)

@@ -28,6 +28,9 @@ class Tasks:
   def state_dict(self):
     return {}
 
+  def load_state_dict(self, state):
+    assert state == {}
+
 
 class Box:
   def __init__(self, task_id):

@@ -79,7 +79,9 @@ def with_packages(base: image_lib.Image, apt: tuple[str, ...], pip: tuple[str, .
 
 def _in_tree(tree: pathlib.Path, script: str) -> subprocess.CompletedProcess:
   """Runs `script` as root in `tree` with the host's network (build time only)."""
-  a = ["bwrap", "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc"]
+  a = ["bwrap", "--unshare-pid", "--unshare-ipc"]  # as host root: real owners (dpkg chowns)
+  if os.geteuid() != 0:
+    a += ["--unshare-user", "--uid", "0", "--gid", "0"]
   a += ["--die-with-parent", "--bind", str(tree), "/", "--proc", "/proc", "--dev", "/dev"]
   a += ["--tmpfs", "/tmp", "--ro-bind", "/etc/resolv.conf", "/etc/resolv.conf"]
   if os.geteuid() == 0:
@@ -100,6 +102,7 @@ def _apt_install(tree: pathlib.Path, pkgs: list[str]) -> None:
   (tree / "etc/apt/apt.conf.d").mkdir(parents=True, exist_ok=True)
   (tree / _BUILD_CONF.lstrip("/")).write_text(opts)
   src = f"-o Dir::Etc::SourceList={_BUILD_SRC} -o Dir::Etc::SourceParts=/nonexistent"
+  src += " -o APT::Sandbox::User=root"  # no _apt uid switch inside a build namespace
   names = " ".join(pkgs)
   script = (
     f"cat > {_BUILD_SRC} <<'EOF'\n" + "\n\n".join(stanzas) + "\nEOF\n"

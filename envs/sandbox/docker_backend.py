@@ -78,6 +78,21 @@ def client():
     return _CLIENT
 
 
+_SIZED = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
+
+
+def layer_size_limit() -> bool:
+  """Whether this daemon's storage driver enforces `storage_opt size` on a writable layer
+  (overlay2 only on xfs with project quotas; checked by the daemon at create time)."""
+  try:
+    info = client().info()
+  except SandboxError:
+    return False
+  driver = info.get("Driver", "")
+  backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
+  return driver in _SIZED or (driver == "overlay2" and backing == "xfs")
+
+
 def reap_orphans() -> int:
   """Removes agentrl containers (and snapshot images) of this machine whose owner is gone."""
   if _CLIENT is None:
@@ -117,6 +132,15 @@ def _remove(api, cid: str) -> None:
   except docker.errors.APIError as e:
     if "already in progress" not in str(e):
       raise
+
+
+_SIZED_CACHE: list[bool] = []
+
+
+def _sized() -> bool:
+  if not _SIZED_CACHE:
+    _SIZED_CACHE.append(layer_size_limit())
+  return _SIZED_CACHE[0]
 
 
 class _Stream:
@@ -221,6 +245,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       shm_size=s.disk_mb << 20,
       cap_drop=["ALL"],
       cap_add=list(CONTAINER_CAPS if s.mode == "container" else FILEOP_CAPS),
+      storage_opt={"size": f"{s.disk_mb}m"} if s.mode == "container" and _sized() else None,
       security_opt=["no-new-privileges"],
       mem_limit=mem,
       memswap_limit=mem,

@@ -136,7 +136,7 @@ def _our_uid_sockets() -> int:
     if link.startswith("socket:["):
       inodes.add(link[8:-1])
   lines = pathlib.Path("/proc/net/unix").read_text().splitlines()[1:]
-  return sum(1 for ln in lines if "@agentrl-uid-" in ln and ln.split()[6] in inodes)
+  return sum(1 for ln in lines if "@agentrl-uidrange-" in ln and ln.split()[6] in inodes)
 
 
 def leak_probe() -> dict[str, object]:

@@ -92,6 +92,17 @@ def test_stray_processes_die_whatever_their_name(backend, mode):
     assert sb.exec("echo ok").stdout == "ok\n" and sb.alive  # the sandbox itself lives on
 
 
+def test_stray_processes_die_without_cgroups(mode):
+  """Without a tracking cgroup, the pid namespace is the boundary (kill(-1) from inside)."""
+  spec = sandbox_lib.SandboxSpec(mode=mode)
+  with sandbox_lib.make("bwrap", spec, cgroup_mode="none") as sb:
+    sb.write_file(f"{sb.home}/.bash_profile", "kill() { :; }\n")  # a rigged login shell
+    sb.exec("setsid env -i sleep 4646 >/dev/null 2>&1 & echo")
+    assert any("4646" in p for p in _procs(sb))
+    sb.kill_strays()
+    assert not [p for p in _procs(sb) if "4646" in p]
+
+
 def test_exec_timeout_kills_setsid_env_i_children(backend, mode):
   with make(backend, mode=mode) as sb:
     r = sb.exec("setsid env -i sleep 4444 & setsid -f env -i sleep 4445; wait", timeout_s=2)

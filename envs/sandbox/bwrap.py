@@ -418,10 +418,14 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     self._check_open()
     if self._cg is not None and self._cg.kill_leaves(spare="init"):
       return
-    # No tracking cgroup: uid 0 with CAP_KILL inside the pid namespace kills all but pid 1.
-    r = self.exec(common.KILL_ALL, timeout_s=30)
-    if r.exit_code != 0:
-      raise SandboxError(f"could not kill the sandbox's processes: {r.stderr[-500:]}")
+    # No tracking cgroup: kill(-1) inside the pid namespace (no login shell the agent could
+    # have rigged) kills everything the exec's uid may signal but pid 1.
+    tag = f"{self.name}-kill-{time.monotonic_ns()}"
+    argv = ["/bin/sh", "-c", common.KILL_ALL]
+    p, leaf = self._spawn_inside(argv, subprocess.DEVNULL, subprocess.DEVNULL, tag)
+    rc, timed_out = self._finish(p, leaf, tag, time.monotonic() + 30, False)
+    if rc != 0 or timed_out:
+      raise SandboxError(f"could not kill the sandbox's processes (exit {rc})")
 
   def _stop_pid1(self) -> None:
     if self._proc is not None:

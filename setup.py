@@ -30,7 +30,7 @@ setuptools.setup(
   version="0.1.0",
   description="JAX-native agentic RL post-training: sandboxes, verifiable rewards, GRPO.",
   packages=setuptools.find_packages(include=["rl*", "models*", "envs*", "parallel*", "launch*"]),
-  package_data={"envs": ["tasks/**/*"]},
+  package_data={"envs": ["tasks/**/*", "prompts/*.md"]},
   include_package_data=True,
   python_requires=">=3.10",
   install_requires=_requirements(),

@@ -66,7 +66,8 @@ def hf_tensors(cfg, params):
 
 
 def write(path, cfg, params, qtype: str = "F32", *, arch: str | None = None, seed: int = 0,
-          drop: tuple[str, ...] = (), chat_template: str | None = None):  # fmt: skip
+          drop: tuple[str, ...] = (), chat_template: str | None = None,
+          tokenizer_model: str = "gpt2"):  # fmt: skip
   """Writes `params` of `cfg` as a GGUF file; returns the path."""
   import gguf
 
@@ -86,7 +87,7 @@ def write(path, cfg, params, qtype: str = "F32", *, arch: str | None = None, see
   w.add_layer_norm_rms_eps(cfg.norm_eps)
   w.add_vocab_size(cfg.vocab_size)
   tokens, types, merges = tiny_vocab()
-  w.add_tokenizer_model("gpt2")
+  w.add_tokenizer_model(tokenizer_model)
   w.add_tokenizer_pre("default")
   w.add_token_list(tokens)
   w.add_token_types(types)

@@ -150,3 +150,10 @@ def test_missing_tensor(tmp_path):
 def test_missing_file(tmp_path):
   with pytest.raises(hf.CheckpointError, match=r"nope\.gguf: missing"):
     hf.load(tmp_path / "nope.gguf")
+
+
+def test_unsupported_tokenizer_model(tmp_path):
+  cfg, params = _tiny("llama")
+  path = gguf_files.write(tmp_path / "m.gguf", cfg, params, tokenizer_model="llama")
+  with pytest.raises(hf.CheckpointError, match=r"tokenizer\.ggml\.model='llama' is not supported"):
+    mgguf.load_tokenizer(path)

@@ -26,7 +26,7 @@ _TASKS = flags.DEFINE_string(
   "tasks", None, "Task folders and/or built-in suite names, comma-separated."
 )
 _AGENT = flags.DEFINE_enum("agent", "oracle", ["policy", "oracle", "null", "scripted"], "Agent.")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "HF checkpoint folder (policy agent).")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "HF folder, .gguf or a named one (policy).")
 _TOKENIZER = flags.DEFINE_string("tokenizer", "auto", "auto (checkpoint's), byte, or a folder.")
 _SCRIPT = flags.DEFINE_string("script", None, "Command file, or folder of <task_id>.<ext> files.")
 _TRIALS = flags.DEFINE_integer("trials", 1, "Trials per task.")

@@ -22,7 +22,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
-  flags.DEFINE_string("checkpoint", None, "Local HF checkpoint folder.")
+  flags.DEFINE_string("checkpoint", None, "HF folder, .gguf file or smollm2-135m-instruct.")
   flags.DEFINE_integer("port", 9000, "gRPC port on 127.0.0.1.")
   flags.DEFINE_integer("max_concurrent_decodes", 8, "Decode slots.")
   flags.DEFINE_integer("max_seq_len", 0, "Tokens per slot (0 = the model's max_seq_len).")
@@ -55,7 +55,7 @@ def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len
   from rl.config import EngineConfig
   from rl.runtime import replica
 
-  path = pathlib.Path(checkpoint)
+  path = hf.resolve(checkpoint)  # a named checkpoint becomes its converted folder
   cfg, params = hf.load(path)
   tok = _tokenizer(path, tokenizer, cfg.vocab_size)
   sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)

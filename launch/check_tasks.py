@@ -21,8 +21,8 @@ from absl import app, flags
 
 from envs import procedural
 from envs.hacks import HACKS_BY_NAME
+from envs.loading import load_tasks
 from envs.quality import GateConfig, Quarantine, TaskGateReport, check_tasks
-from envs.task import load_tasks
 from envs.verifier import VerifierConfig
 
 FLAGS = flags.FLAGS

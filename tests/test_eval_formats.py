@@ -10,7 +10,7 @@ import textwrap
 
 from envs import eval as ev
 from envs import flywheel
-from envs.task import load_any, load_tasks
+from envs.loading import load_any, load_tasks
 
 TB = {
   "task.yaml": """

@@ -13,8 +13,9 @@ import textwrap
 import pytest
 
 from envs import procedural
+from envs.loading import load_any, load_tasks
 from envs.quality import GateConfig, Quarantine, RunRecord, _judge, check_tasks, gate_task
-from envs.task import BUILTIN_DIR, load_any, load_tasks
+from envs.task import BUILTIN_DIR
 from envs.task_pool import PoolConfig, TaskPool
 
 REPO = pathlib.Path(__file__).parents[1]

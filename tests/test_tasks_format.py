@@ -11,16 +11,8 @@ import textwrap
 import pytest
 
 from envs import dockerfile, formats, procedural
-from envs.task import (
-  BUILTIN_DIR,
-  DOMAINS,
-  FileEntry,
-  TaskFormatError,
-  detect_format,
-  load_any,
-  load_task,
-  load_tasks,
-)
+from envs.loading import detect_format, load_any, load_tasks
+from envs.task import BUILTIN_DIR, DOMAINS, FileEntry, TaskFormatError, load_task
 
 
 def write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:

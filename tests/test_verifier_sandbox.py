@@ -5,9 +5,10 @@ import textwrap
 
 import pytest
 
+from envs.loading import load_any
 from envs.quality import GateConfig, gate_task
 from envs.scripted_agent import NullAgent, OracleAgent, ScriptedAgent
-from envs.task import load_any, load_task
+from envs.task import load_task
 from envs.task_env import TaskSetupError, open_task_sandbox
 from envs.verifier import Verifier, VerifierConfig, check_milestones
 

@@ -242,7 +242,7 @@ def _attempt(
   try:
     ts = open_task_sandbox(task, cfg.backend, cfg.image)
   except TaskSetupError as e:
-    return masked_result(task.id, "setup_error", str(e)), None, None, times
+    return masked_result(task.id, "task_error", str(e)), None, None, times
   except SandboxError as e:
     return masked_result(task.id, "sandbox_error", str(e)), None, None, times
   with ts:
@@ -272,7 +272,7 @@ def run_trial(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
   while True:
     attempts += 1
     grade, outcome, monitor, times = _attempt(task, agent, cfg, seed)
-    retry = grade.failure_mode in MASKED_MODES and grade.failure_mode != "setup_error"
+    retry = grade.failure_mode in MASKED_MODES and grade.failure_mode != "task_error"
     if not retry or attempts > cfg.retries:
       break
   return _record(

@@ -284,7 +284,7 @@ def test_dockerfile_translation_steps():
     + (FileEntry("bundle.tar.gz", _tar({"pkg/x.txt": b"x"})),),
   )
   assert plan.base == "python:3.12-slim" and plan.workdir == "/app"
-  assert dict(plan.env) == {"A": "1", "B": "two words"}
+  assert dict(plan.env) == {"LANG": "C.UTF-8", "A": "1", "B": "two words"}  # python: base ENV
   paths = sorted(f.path.split("/", 2)[2] for f in plan.setup_files)
   assert paths == ["a.py", "b.py", "n.txt", "pkg/x.txt"]
   s = plan.setup_script
@@ -311,7 +311,6 @@ def _tar(files: dict[str, bytes]) -> bytes:
     ("FROM alpine:3.19\n", 1, "not Debian"),
     ("FROM node:20\n", 1, "not Debian"),
     ("FROM ubuntu\nFROM debian\n", 2, "multi-stage"),
-    ("FROM ubuntu\nWORKDIR /app\nCOPY x /usr/local/bin/x\n", 3, "read-only"),
     ("FROM ubuntu\nRUN wget http://example.org/f\n", 2, "network"),
     ("FROM ubuntu\nRUN curl -fsSL http://example.org/x.sh | bash\n", 2, "network"),
     ("FROM ubuntu\n\n# c\nADD https://example.org/f /app/\n", 4, "URL"),
@@ -343,11 +342,21 @@ def test_dockerfile_continuations_and_installers():
 def test_tb_tests_without_pytest_use_the_script(tmp_path):
   files = {k: v for k, v in TB.items() if not k.startswith("tests/")}
   files["tests/expected.txt"] = "hello\n"
-  t = formats.load_terminal_bench(write(tmp_path / "tb3", files))
+  with pytest.raises(TaskFormatError, match="runs pytest but tests/ holds no test_"):
+    formats.load_terminal_bench(write(tmp_path / "tb3", files))
+  files["run-tests.sh"] = (
+    "#!/bin/bash\ncurl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh\n"
+    "diff $TEST_DIR/expected.txt /app/out.txt && echo 1 > /logs/verifier/reward.txt\n"
+  )
+  t = formats.load_terminal_bench(write(tmp_path / "tb4", files))
   assert t.tests.runner == "shell" and {f.path for f in t.tests.files} == {
     "expected.txt",
     "test.sh",
   }
+  script = next(f for f in t.tests.files if f.path == "test.sh").data.decode()
+  assert (
+    script == "diff $TEST_DIR/expected.txt /app/out.txt && echo 1 > /logs/verifier/reward.txt\n"
+  )
 
 
 def test_procedural_families_are_deterministic_and_fresh():

@@ -281,4 +281,4 @@ def test_agent_filling_the_disk_is_not_masked(tmp_path):
   task = make_task(tmp_path / "t", RESULT_TEST, "[resources]\ndisk_mb = 8\n")
   fill = ScriptedAgent(["echo ok > result.txt; head -c 20000000 /dev/zero > /tmp/fill; true"])
   res = run_and_grade(task, fill)
-  assert not res.masked and res.reward == 0.0 and res.failure_mode == "parse_error", res.detail
+  assert not res.masked and res.reward == 0.0 and res.failure_mode == "grader_blocked", res.detail

@@ -31,18 +31,20 @@ class TaskSetupError(RuntimeError):
 # (the sandbox's init and its helpers: killing the helper init forks could end the sandbox;
 # no process of an exec can join that session), so nothing the agent left running (a daemon
 # rewriting files) survives into grading. Builtins only (no fork per process); loops because
-# a process may fork while we walk /proc.
+# a process may fork while we walk /proc. Each stat file is read whole (`read -d ''`) and cut
+# after its LAST ") ": the process name is printed raw and may hold ")" and newlines, so a
+# line-wise read would let a process named ") S 0 1 1\n" fake its session and be spared.
 KILL_STRAYS = r"""
 __anc=" $$ "; __p=$$
 while [ "$__p" -gt 1 ] 2>/dev/null; do
-  read -r __s 2>/dev/null < /proc/$__p/stat || break
+  __s=; read -r -d '' __s 2>/dev/null < /proc/$__p/stat; [ -n "$__s" ] || break
   __s=${__s##*) }; set -- $__s; __p=$2; __anc="$__anc$__p "
 done
 for __i in 1 2 3; do
   for __d in /proc/[0-9]*; do
     __pid=${__d#/proc/}
     case "$__anc" in *" $__pid "*) continue;; esac
-    read -r __s 2>/dev/null < $__d/stat || continue
+    __s=; read -r -d '' __s 2>/dev/null < $__d/stat; [ -n "$__s" ] || continue
     __s=${__s##*) }; set -- $__s
     [ "$4" = 1 ] || kill -9 "$__pid" 2>/dev/null
   done

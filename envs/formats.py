@@ -135,6 +135,11 @@ def _image_fields(plan: dockerfile.DockerPlan, script: TestScript | None) -> dic
   )
 
 
+def _str_env(f: Fields) -> dict[str, str]:
+  """An env table ([environment.env], [verifier.env]) as strings."""
+  return {k: str(f.get(k, (str, int, float, bool))) for k in f.data}
+
+
 def _warnings(plan: dockerfile.DockerPlan, script: TestScript | None) -> tuple:
   dropped = script.dropped if script else ()
   notes = tuple(f"test script {d} (replaced by the offline pytest run)" for d in dropped)
@@ -217,11 +222,14 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
   else:
     raise TaskFormatError(root / "environment" / "Dockerfile", "<file>", "missing Dockerfile")
   script, files = _solution(root, ("solution/solve.sh", "solution/solution.yaml", "solution.yaml"))
+  if env.get("gpus", (int, float), 0):
+    raise env.err("gpus", "the task needs a GPU; sandboxes here have none")
   tests, test_plan = _tests(root, root / "tests" / "test.sh")
   venv = ver.sub("env")
   tests = dataclasses.replace(tests, env=tuple((k, str(venv.data[k])) for k in venv.data))
   tid = root.name if not suite else f"{suite}/{root.name}"
   extra = {k: v for k, v in meta.data.items() if isinstance(v, (str, int, float, bool))}
+  fields = _image_fields(plan, test_plan)
   return Task(
     id=tid,
     instruction=instr_path.read_text().strip(),
@@ -242,5 +250,5 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
     metadata=tuple(sorted(extra.items())) + _warnings(plan, test_plan),
     source=str(root),
     format="harbor",
-    **_image_fields(plan, test_plan),
+    **{**fields, "env": tuple({**dict(fields["env"]), **_str_env(env.sub("env"))}.items())},
   )

@@ -404,3 +404,32 @@ def test_scripted_agent_command_files(tmp_path):
   (tmp_path / "bad.json").write_text("[1]")
   with pytest.raises(ValueError, match="item 0"):
     load_commands(tmp_path / "bad.json")
+
+
+def test_harbor_2_1_schema_env_and_gpus(tmp_path):
+  files = dict(HARBOR)
+  files["task.toml"] = (
+    'schema_version = "1.1"\n[task]\nname = "terminal-bench/x"\n[metadata]\ndifficulty = "easy"\n'
+    '[environment]\ngpus = 0\n[environment.env]\nMODE = "slow"\n'
+  )
+  t = load_any(write(tmp_path / "h21", files))
+  assert t.format == "harbor" and dict(t.env)["MODE"] == "slow"
+  files["task.toml"] = files["task.toml"].replace("gpus = 0", "gpus = 1")
+  with pytest.raises(TaskFormatError, match="environment.gpus.*GPU"):
+    load_any(write(tmp_path / "h22", files))
+
+
+def test_test_script_split_names_network_lines():
+  from envs import test_script
+
+  s = test_script.parse(
+    "#!/bin/bash\nset -e\napt-get update\ncd /app\nuv add requests numpy\n"
+    "uv run pytest /tests -rA\n./custom_check.sh\n",
+    "test.sh",
+  )
+  assert s.runs_pytest and s.set_e and s.pip_packages == ("requests", "numpy")
+  assert s.pre == "set -e\ncd /app\n" and s.post == "./custom_check.sh\n"
+  with pytest.raises(TaskFormatError, match="line 3.*network"):
+    test_script.parse("cd /app\npytest\nwget http://example.org/x\n", "test.sh")
+  with pytest.raises(TaskFormatError, match="line 2.: a second pytest run"):
+    test_script.parse("pytest a\npython3 -m pytest b\n", "test.sh")

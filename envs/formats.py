@@ -5,11 +5,12 @@ max_test_timeout_sec), `Dockerfile`, `solution.sh` or `solution.yaml`, `run-test
 Harbor: `instruction.md`, `task.toml` ([metadata], [agent], [verifier], [environment]),
 `environment/Dockerfile`, `solution/solve.sh` or `solution.yaml`, `tests/test.sh`.
 
-Both become a `Task`: the Dockerfile is translated onto the base image (envs/dockerfile.py);
-when `tests/` holds pytest files, the format's runner script (which usually fetches uv or
-pytest from the network) is replaced by the verifier's offline pytest run; otherwise the
-script runs as a `shell` runner that writes reward.txt / reward.json. Paths the formats fix
-(`/tests`, `/logs/verifier`) are rewritten to the verifier's own folders at grading time.
+Both become a `Task`: the Dockerfile is translated onto the base image (envs/dockerfile.py;
+TB1's docker-compose.yaml is read by envs/compose.py), and the format's test script is split
+by envs/test_script.py: its network boilerplate is replaced by the verifier's offline pytest
+run and every other command runs before or after it, in order (a script without pytest runs as
+a `shell` runner that writes reward.txt / reward.json). Paths the formats fix (`/tests`,
+`/logs/verifier`) are rewritten to the verifier's own folders at grading time.
 """
 
 from __future__ import annotations

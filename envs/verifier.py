@@ -30,14 +30,19 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
-import pathlib
 import re
 import shlex
 import tempfile
 import time
 import uuid
-import xml.etree.ElementTree as ET
 
+from envs.grading import (
+  TestOutcome,
+  changed_sources,
+  parse_junit,
+  tamper_flags,
+  test_modules,
+)
 from envs.sandbox.base import Sandbox, SandboxError
 from envs.task import FileEntry, Task
 from envs.task_env import (
@@ -89,9 +94,6 @@ sys.stdout.flush(); sys.stderr.flush()
 os._exit(int(rc))
 """
 _MAX_REPORT = 8 << 20
-# New files with these names change how Python or pytest behave: planted, they are tampering.
-_TAMPER_NAMES = ("conftest.py", "sitecustomize.py", "usercustomize.py", "pytest.py", "py.py")
-_TAMPER_CONTENT = re.compile(rb"_pytest|pytest_runtest|pytest_collect|junitxml|\.agentrl-grader")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,13 +106,6 @@ class VerifierConfig:
     True  # "fresh" restores the sandbox's pristine snapshot if it has one
   )
   max_log_chars: int = 20000
-
-
-@dataclasses.dataclass(frozen=True)
-class TestOutcome:
-  name: str  # "<module or class>::<test>"
-  outcome: str  # passed | failed | error | skipped
-  message: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,98 +134,6 @@ def masked_result(task_id: str, mode: str, detail: str, duration_s: float = 0.0)
   """A result the trainer must not learn from (infrastructure, not the agent)."""
   assert mode in MASKED_MODES, mode
   return GradeResult(task_id, False, None, mode, True, detail=detail[-4000:], duration_s=duration_s)
-
-
-# ---------------------------------------------------------------- JUnit XML
-
-
-def parse_junit(xml_bytes: bytes, nonce: str | None = None) -> list[TestOutcome]:
-  """Test outcomes from a pytest JUnit report; ValueError if it is not this run's report."""
-  try:
-    root = ET.fromstring(xml_bytes)
-  except ET.ParseError as e:
-    raise ValueError(f"invalid JUnit XML: {e}") from None
-  suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-  if not suites:
-    raise ValueError("no <testsuite> in the report")
-  if nonce is not None and any(s.get("name") != nonce for s in suites):
-    raise ValueError("report was not written by this grading run (suite name != nonce)")
-  out = []
-  for s in suites:
-    for case in s.iter("testcase"):
-      name = f"{case.get('classname', '')}::{case.get('name', '')}"
-      outcome, msg = "passed", ""
-      for tag, label in (("skipped", "skipped"), ("failure", "failed"), ("error", "error")):
-        el = case.find(tag)
-        if el is not None:
-          outcome, msg = label, (el.get("message") or el.text or "")[:500]
-      out.append(TestOutcome(name, outcome, msg))
-  return out
-
-
-def _test_modules(task: Task) -> list[str]:
-  mods = []
-  for f in task.tests.files:
-    p = pathlib.PurePosixPath(f.path)
-    if p.suffix == ".py" and (p.name.startswith("test_") or p.stem.endswith("_test")):
-      mods.append(p.stem)
-  return mods
-
-
-# ---------------------------------------------------------------- tamper scan
-
-
-def shadowed_module(path: str) -> str | None:
-  """The top-level module a workspace file defines when the workspace is on sys.path."""
-  p = pathlib.PurePosixPath(path)
-  if len(p.parts) == 1 and p.suffix in (".py", ".pyc") or p.suffix == ".so" and len(p.parts) == 1:
-    return p.name.split(".", 1)[0]
-  if len(p.parts) == 2 and p.name == "__init__.py":  # a package folder
-    return p.parts[0]
-  return None
-
-
-def tamper_flags(
-  baseline: dict[str, str],
-  now: dict[str, str],
-  contents: dict[str, bytes],
-  cwd_on_path: bool = True,
-) -> list[str]:
-  """Flags for created or changed workspace files that can subvert the test run.
-
-  Stdlib shadowing (a `json.py`, a `sqlite3/` package) is flagged only when it can reach the
-  grader's imports: a test script run in the workspace (`cwd_on_path`). The pytest runner
-  appends the workspace after the standard library, so there it cannot, and a file the
-  reference solution itself creates (a `code.py`) is no tampering.
-  """
-  import sys
-
-  stdlib = getattr(sys, "stdlib_module_names", frozenset()) | {"pytest", "_pytest", "py"}
-  flags = []
-  for path, digest in sorted(now.items()):
-    if baseline.get(path) == digest:
-      continue
-    p = pathlib.PurePosixPath(path)
-    if (
-      p.name in _TAMPER_NAMES
-      or p.suffix == ".pth"
-      or "_pytest" in p.parts
-      or "pytest" in p.parts[:-1]
-    ):
-      flags.append(f"tamper:planted:{path}")
-    elif cwd_on_path and shadowed_module(path) in stdlib:
-      flags.append(f"tamper:shadows_stdlib:{path}")
-    elif path in contents and _TAMPER_CONTENT.search(contents[path]):
-      flags.append(f"tamper:test_machinery_in:{path}")
-  return flags
-
-
-def _changed_py(baseline: dict[str, str], now: dict[str, str]) -> list[str]:
-  return [
-    p
-    for p, d in now.items()
-    if baseline.get(p) != d and p.endswith((".py", ".sh", ".pth", ".cfg", ".ini"))
-  ]
 
 
 # ---------------------------------------------------------------- grading
@@ -382,7 +285,7 @@ class Verifier:
     except json.JSONDecodeError:
       return ["tamper:workspace_unreadable"]
     contents = {}
-    for p in _changed_py(baseline, now)[:200]:
+    for p in changed_sources(baseline, now)[:200]:
       try:
         contents[p] = sb.read_file(f"{task.workdir}/{p}")[:_MAX_REPORT]
       except (SandboxError, OSError):
@@ -510,7 +413,7 @@ class Verifier:
     if (rc == 0) != (not bad):
       why = f"pytest exit code {rc} disagrees with the report ({len(bad)} failed/errored)"
       return GradeResult(**fail, tests=tuple(cases), detail=why, **base)
-    missing = [m for m in _test_modules(task) if not any(m in c.name for c in cases)]
+    missing = [m for m in test_modules(task) if not any(m in c.name for c in cases)]
     if missing:
       return GradeResult(
         **fail, tests=tuple(cases), detail=f"test files did not run: {missing}", **base

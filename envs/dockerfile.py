@@ -4,11 +4,18 @@ Terminal-Bench and Harbor tasks ship a Dockerfile whose base image often cannot 
 here. `translate()` maps a Debian, Ubuntu or python-slim `FROM` onto the base image and turns
 the remaining steps into a setup script plus staged files:
 
+  FROM          Debian/Ubuntu/python-slim bases; the WORKDIR and ENV of known public bases
+                apply (Terminal-Bench's ghcr.io/laude-institute/t-bench/* images: /app)
   WORKDIR       the last one becomes the task's writable workspace (e.g. /app)
   ENV / ARG     exported for later steps; ENV also becomes the sandbox environment
-  COPY / ADD    files staged from the build context and copied in order (ADD unpacks tars)
-  RUN           replayed in the sandbox; `apt-get install` and `pip install` succeed when the
-                image already has the packages and fail naming the line otherwise; apt
+  USER          recorded as the task's user (the container-like sandbox applies it)
+  COPY / ADD    files staged from the build context and copied in order (ADD unpacks tars);
+                a destination outside the workspace makes the task need the container-like
+                sandbox mode (a writable root)
+  RUN           replayed in the sandbox; the packages of `apt-get install` and `pip install`
+                become the task's apt/pip packages, which the sandbox installs into a
+                per-task image layer at build time; the replayed step then only checks that
+                they are there (failing, naming the line, when they are not); apt
                 housekeeping is dropped; network installers of test tooling (uv, curl | sh)
                 are dropped because the verifier runs pytest offline
 
@@ -49,7 +56,14 @@ _APT_NOOP = {
   "remove",
 }
 _INSTALLER_URL = re.compile(r"astral\.sh/uv|get-pip\.py|install\.python-poetry|pypa\.io")
-_EXCLUDED_CONTEXT = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")
+# A Terminal-Bench 1 task's build context is its whole folder: the harness's own files are
+# not part of the image. Harbor's context is environment/, all of it (a tests/ folder too).
+TB1_EXCLUDED = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")
+# WORKDIR / ENV of public base images that task Dockerfiles build on without repeating them.
+KNOWN_BASES: tuple[tuple[str, str | None, tuple[tuple[str, str], ...]], ...] = (
+  ("ghcr.io/laude-institute/t-bench/", "/app", ()),
+  ("python:", None, (("LANG", "C.UTF-8"),)),
+)
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
 
@@ -71,6 +85,10 @@ class DockerPlan:
   setup_script: str
   setup_files: Files
   warnings: tuple[str, ...]
+  apt_packages: tuple[str, ...] = ()
+  pip_packages: tuple[str, ...] = ()
+  user: str = ""
+  needs_container: bool = False  # writes outside the workspace (a COPY into /, /usr, ...)
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
@@ -219,9 +237,12 @@ def _pip_args(argv: list[str]) -> list[str] | None:
 
 
 class _Translator:
-  def __init__(self, file: str, context: Files, strict: bool):
+  def __init__(self, file: str, context: Files, strict: bool, exclude: tuple[str, ...]):
     self.file, self.strict = file, strict
-    self.context = {f.path: f for f in context if f.path.split("/", 1)[0] not in _EXCLUDED_CONTEXT}
+    self.context = {f.path: f for f in context if f.path.split("/", 1)[0] not in exclude}
+    self.apt: list[str] = []
+    self.pip: list[str] = []
+    self.user = ""
     self.env: dict[str, str] = {"PATH": DEFAULT_PATH}
     self.args: dict[str, str] = {}
     self.task_env: dict[str, str] = {}
@@ -254,13 +275,25 @@ class _Translator:
     """Instructions with no effect on the task's files (CMD, EXPOSE, LABEL, USER, ...)."""
 
   do_cmd = do_entrypoint = do_expose = do_label = do_maintainer = do_volume = ignore
-  do_healthcheck = do_stopsignal = do_user = do_onbuild = do_shell = ignore
+  do_healthcheck = do_stopsignal = do_onbuild = do_shell = ignore
+
+  def do_user(self, line, text, args):
+    self.user = _expand(args.strip(), {**self.args, **self.env}).split(":")[0]
 
   def do_from(self, line, text, args):
     if self.base:
       raise self.err(line, text, "multi-stage builds are not supported (a second FROM)")
     toks = [t for t in shlex.split(_expand(args, self.args)) if not t.startswith("--")]
     self.base = _map_base(toks[0], self.file, line, text)
+    for prefix, workdir, env in KNOWN_BASES:
+      if self.base.startswith(prefix):
+        for k, v in env:
+          self.env[k] = self.task_env[k] = v
+          self.steps.append((line, "env", f"export {k}={shlex.quote(v)}"))
+        if workdir:
+          self.cwd = workdir
+          self.workdirs.append(workdir)
+          self.steps.append((line, "workdir", workdir))
     if "python" in toks[0]:
       self.warn(line, f"{toks[0]} mapped onto the base image's python3 (version may differ)")
 
@@ -325,6 +358,7 @@ class _Translator:
           )
         if skipped:
           self.warn(line, f"harness/network packages not installed: {' '.join(skipped)}")
+        self.apt += [p for p in pkgs if p not in self.apt]
         need = [p for p in pkgs if p not in HARNESS_PACKAGES]
         return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
       if sub in _APT_NOOP:
@@ -337,6 +371,7 @@ class _Translator:
     if reqs is not None:
       tool = [r for r in reqs if re.match(r"^(uv|pip|setuptools|wheel)\b", r)]
       reqs = [r for r in reqs if r not in tool]
+      self.pip += [r for r in reqs if not r.startswith("-r") and r not in self.pip]
       return f"agentrl_pip {line} {shlex.join(reqs)}" if reqs else ":"
     if prog == "uv":
       self.warn(
@@ -413,20 +448,18 @@ class _Translator:
           out.append((name, FileEntry(name, tar.extractfile(m).read(), m.mode & 0o777)))
     return out
 
-  def check_dests(self) -> None:
+  def outside_workspace(self) -> list[tuple[int, str]]:
+    """(line, destination) of every COPY that lands outside the workspace and /tmp."""
     ws = self.workdirs[-1] if self.workdirs else None
+    out = []
     for line, kind, payload in self.steps:
       if kind != "copy":
         continue
       target = payload.split("\0")[1]
       inside = ws and (target == ws or target.startswith(ws.rstrip("/") + "/"))
       if not inside and not (target == "/tmp" or target.startswith("/tmp/")):
-        raise DockerfileError(
-          self.file,
-          line,
-          self.texts.get(line, "COPY"),
-          f"destination {target} is outside the writable workspace {ws} (the root filesystem is read-only)",
-        )
+        out.append((line, target))
+    return out
 
 
 _PRELUDE = r"""set -u
@@ -468,12 +501,18 @@ export -f agentrl_apt agentrl_pip
 
 
 def translate(
-  text: str, context: Files = (), file: str = "Dockerfile", strict: bool = False
+  text: str,
+  context: Files = (),
+  file: str = "Dockerfile",
+  strict: bool = False,
+  exclude: tuple[str, ...] = TB1_EXCLUDED,
 ) -> DockerPlan:
   """Translates a Dockerfile into a setup script and staged files for the base image."""
-  t = _Translator(file, context, strict)
+  t = _Translator(file, context, strict, exclude)
   t.run(text)
-  t.check_dests()
+  outside = t.outside_workspace()
+  for line, target in outside:
+    t.warn(line, f"COPY into {target}, outside the workspace: needs the container sandbox mode")
   workdir = t.workdirs[-1] if t.workdirs else "/workspace"
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
@@ -502,4 +541,8 @@ def translate(
     "\n".join(lines) + "\n",
     tuple(t.files),
     tuple(t.warnings),
+    tuple(t.apt),
+    tuple(t.pip),
+    t.user,
+    bool(outside),
   )

@@ -180,7 +180,7 @@ def _attempt(
   try:
     ts = open_task_sandbox(task, cfg.backend, cfg.image)
   except TaskSetupError as e:
-    return masked_result(task.id, "setup_error", str(e)), None, None, times
+    return masked_result(task.id, "task_error", str(e)), None, None, times
   except SandboxError as e:
     return masked_result(task.id, "sandbox_error", str(e)), None, None, times
   with ts:
@@ -210,7 +210,7 @@ def run_trial(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
   while True:
     attempts += 1
     grade, outcome, monitor, times = _attempt(task, agent, cfg, seed)
-    retry = grade.failure_mode in MASKED_MODES and grade.failure_mode != "setup_error"
+    retry = grade.failure_mode in MASKED_MODES and grade.failure_mode != "task_error"
     if not retry or attempts > cfg.retries:
       break
   return _record(
@@ -281,7 +281,8 @@ def evaluate(
 
 def resolve_tasks(spec: str) -> list[Task]:
   """Tasks from a comma-separated list of folders, built-in suite names, or `builtin`."""
-  from envs.task import BUILTIN_DIR, builtin_tasks, load_tasks
+  from envs.loading import builtin_tasks, load_tasks
+  from envs.task import BUILTIN_DIR
 
   out: list[Task] = []
   for item in [s.strip() for s in spec.split(",") if s.strip()]:

@@ -5,21 +5,23 @@ max_test_timeout_sec), `Dockerfile`, `solution.sh` or `solution.yaml`, `run-test
 Harbor: `instruction.md`, `task.toml` ([metadata], [agent], [verifier], [environment]),
 `environment/Dockerfile`, `solution/solve.sh` or `solution.yaml`, `tests/test.sh`.
 
-Both become a `Task`: the Dockerfile is translated onto the base image (envs/dockerfile.py);
-when `tests/` holds pytest files, the format's runner script (which usually fetches uv or
-pytest from the network) is replaced by the verifier's offline pytest run; otherwise the
-script runs as a `shell` runner that writes reward.txt / reward.json. Paths the formats fix
-(`/tests`, `/logs/verifier`) are rewritten to the verifier's own folders at grading time.
+Both become a `Task`: the Dockerfile is translated onto the base image (envs/dockerfile.py;
+TB1's docker-compose.yaml is read by envs/compose.py), and the format's test script is split
+by envs/test_script.py: its network boilerplate is replaced by the verifier's offline pytest
+run and every other command runs before or after it, in order (a script without pytest runs as
+a `shell` runner that writes reward.txt / reward.json). Paths the formats fix (`/tests`,
+`/logs/verifier`) are rewritten to the verifier's own folders at grading time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import re
 
 import yaml
 
-from envs import dockerfile
+from envs import compose, dockerfile, test_script
 from envs.task import (
   Fields,
   FileEntry,
@@ -31,6 +33,7 @@ from envs.task import (
   read_toml,
   read_tree,
 )
+from envs.test_script import TestScript
 
 DIFFICULTY = {"trivial": 1, "easy": 2, "medium": 3, "hard": 4, "expert": 5, "unknown": 3}
 
@@ -65,23 +68,32 @@ def solution_from_yaml(path: pathlib.Path) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _tests(root: pathlib.Path, runner_script: pathlib.Path) -> TestSpec:
+def _tests(root: pathlib.Path, runner_script: pathlib.Path) -> tuple[TestSpec, TestScript | None]:
+  """The hidden tests, with the format's runner script split by envs.test_script."""
   tests = read_tree(root / "tests")
-  script_name = runner_script.name
-  if runner_script.is_file() and not any(t.path == script_name for t in tests):
-    tests += (FileEntry("test.sh", runner_script.read_bytes(), 0o755),)
-  elif script_name != "test.sh" and runner_script.is_file():
-    tests = tuple(
-      FileEntry("test.sh", t.data, 0o755) if t.path == script_name else t for t in tests
+  rel = (
+    runner_script.relative_to(root / "tests").as_posix()
+    if runner_script.parent == root / "tests"
+    else None
+  )
+  others = tuple(t for t in tests if t.path != rel)
+  if not runner_script.is_file():
+    if infer_runner(others) != "pytest" or not others:
+      raise TaskFormatError(root / "tests", "<dir>", "no tests (tests/ is missing or empty)")
+    return TestSpec(others, "pytest", rewrite_paths=True), None
+  plan = test_script.parse(runner_script.read_text(), str(runner_script))
+  if plan.runs_pytest:
+    if not any(pathlib.PurePosixPath(t.path).name.startswith("test_") for t in others):
+      raise TaskFormatError(
+        runner_script, "pytest", "the script runs pytest but tests/ holds no test_*.py file"
+      )
+    spec = TestSpec(
+      others, "pytest", rewrite_paths=True, pre_script=plan.pre, post_script=plan.post
     )
-  if not tests:
-    raise TaskFormatError(root / "tests", "<dir>", "no tests (tests/ is missing or empty)")
-  runner = infer_runner(tests)
-  if runner == "pytest":  # the format's runner script is replaced by an offline pytest run
-    tests = tuple(t for t in tests if t.path not in ("test.sh", "run-tests.sh"))
-  elif not any(t.path == "test.sh" for t in tests):
-    raise TaskFormatError(root / "tests", "test.sh", "no pytest files and no test script")
-  return TestSpec(tests, runner, "binary", (), (), None, rewrite_paths=True)
+    return spec, plan
+  script = ("set -e\n" if plan.set_e else "") + plan.shell
+  files = others + (FileEntry("test.sh", script.encode(), 0o755),)
+  return TestSpec(files, "shell", rewrite_paths=True), plan
 
 
 def _solution(root: pathlib.Path, candidates: tuple[str, ...]) -> tuple[str, tuple[FileEntry, ...]]:
@@ -96,13 +108,43 @@ def _solution(root: pathlib.Path, candidates: tuple[str, ...]) -> tuple[str, tup
   )
 
 
-def _translate(root: pathlib.Path, context_dir: pathlib.Path) -> dockerfile.DockerPlan:
-  df = context_dir / "Dockerfile"
-  if not df.is_file():
+def _translate(
+  dockerfile_path: pathlib.Path, context_dir: pathlib.Path, exclude: tuple[str, ...]
+) -> dockerfile.DockerPlan:
+  if not dockerfile_path.is_file():
     raise TaskFormatError(
-      df, "<file>", "missing Dockerfile (images cannot be pulled; it is translated)"
+      dockerfile_path, "<file>", "missing Dockerfile (images cannot be pulled; it is translated)"
     )
-  return dockerfile.translate(df.read_text(), read_tree(context_dir), str(df))
+  return dockerfile.translate(
+    dockerfile_path.read_text(), read_tree(context_dir), str(dockerfile_path), exclude=exclude
+  )
+
+
+def _image_fields(plan: dockerfile.DockerPlan, script: TestScript | None) -> dict:
+  """The Task fields a translated image and test script give."""
+  extra_apt = script.apt_packages if script else ()
+  extra_pip = script.pip_packages if script else ()
+  return dict(
+    setup_script=plan.setup_script,
+    setup_files=plan.setup_files,
+    workdir=plan.workdir,
+    env=plan.env,
+    apt_packages=tuple(dict.fromkeys(plan.apt_packages + extra_apt)),
+    pip_packages=tuple(dict.fromkeys(plan.pip_packages + extra_pip)),
+    user=plan.user,
+    sandbox_mode="container" if plan.needs_container else "",
+  )
+
+
+def _str_env(f: Fields) -> dict[str, str]:
+  """An env table ([environment.env], [verifier.env]) as strings."""
+  return {k: str(f.get(k, (str, int, float, bool))) for k in f.data}
+
+
+def _warnings(plan: dockerfile.DockerPlan, script: TestScript | None) -> tuple:
+  dropped = script.dropped if script else ()
+  notes = tuple(f"test script {d} (replaced by the offline pytest run)" for d in dropped)
+  return (("dockerfile_warnings", plan.warnings + notes),)
 
 
 def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> Task:
@@ -121,7 +163,10 @@ def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> T
     )
   if not instruction or not instruction.strip():
     raise f.err("instruction", "missing required field")
-  plan = _translate(root, root)
+  build = compose.read(root)
+  exclude = dockerfile.TB1_EXCLUDED if build.context == root else ()
+  plan = _translate(build.dockerfile, build.context, exclude)
+  tests, test_plan = _tests(root, root / "run-tests.sh")
   script, files = _solution(root, ("solution.sh", "solution.yaml"))
   tid = root.name if not suite else f"{suite}/{root.name}"
   meta = {
@@ -132,19 +177,18 @@ def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> T
     instruction=instruction.strip(),
     domain=f.get("category", str, "terminal-bench"),
     difficulty=_difficulty(f, "difficulty"),
-    tests=_tests(root, root / "run-tests.sh"),
+    tests=tests,
     solution_script=script,
     solution_files=files,
-    setup_script=plan.setup_script,
-    setup_files=plan.setup_files,
     tags=f.str_list("tags"),
     agent_timeout_s=float(f.positive("max_agent_timeout_sec", (int, float), 360.0)),
     test_timeout_s=float(f.positive("max_test_timeout_sec", (int, float), 60.0)),
-    workdir=plan.workdir,
-    env=plan.env,
-    metadata=tuple(sorted(meta.items())) + (("dockerfile_warnings", plan.warnings),),
+    metadata=tuple(sorted(meta.items()))
+    + _warnings(plan, test_plan)
+    + (("compose_warnings", build.warnings),),
     source=str(root),
     format="terminal-bench",
+    **{**_image_fields(plan, test_plan), **build.overrides(plan)},
   )
 
 
@@ -171,7 +215,7 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
   if not instr_path.is_file() or not instr_path.read_text().strip():
     raise TaskFormatError(instr_path, "<file>", "missing or empty instruction.md")
   if (root / "environment" / "Dockerfile").is_file():
-    plan = _translate(root, root / "environment")
+    plan = _translate(root / "environment" / "Dockerfile", root / "environment", ())
   elif env.get("docker_image", str):
     raise env.err(
       "docker_image", "prebuilt images cannot be pulled here; ship environment/Dockerfile"
@@ -179,19 +223,14 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
   else:
     raise TaskFormatError(root / "environment" / "Dockerfile", "<file>", "missing Dockerfile")
   script, files = _solution(root, ("solution/solve.sh", "solution/solution.yaml", "solution.yaml"))
-  tests = _tests(root, root / "tests" / "test.sh")
+  if env.get("gpus", (int, float), 0):
+    raise env.err("gpus", "the task needs a GPU; sandboxes here have none")
+  tests, test_plan = _tests(root, root / "tests" / "test.sh")
   venv = ver.sub("env")
-  tests = TestSpec(
-    tests.files,
-    tests.runner,
-    "binary",
-    (),
-    tuple((k, str(venv.data[k])) for k in venv.data),
-    None,
-    True,
-  )
+  tests = dataclasses.replace(tests, env=tuple((k, str(venv.data[k])) for k in venv.data))
   tid = root.name if not suite else f"{suite}/{root.name}"
   extra = {k: v for k, v in meta.data.items() if isinstance(v, (str, int, float, bool))}
+  fields = _image_fields(plan, test_plan)
   return Task(
     id=tid,
     instruction=instr_path.read_text().strip(),
@@ -200,8 +239,6 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
     tests=tests,
     solution_script=script,
     solution_files=files,
-    setup_script=plan.setup_script,
-    setup_files=plan.setup_files,
     tags=meta.str_list("tags"),
     agent_timeout_s=float(agent.positive("timeout_sec", (int, float), 600.0)),
     test_timeout_s=float(ver.positive("timeout_sec", (int, float), 120.0)),
@@ -211,9 +248,8 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
       disk_mb=min(_size_mb(env, "storage_mb", "storage", 512), 4096),
     ),
     network=bool(env.get("allow_internet", bool, False)),
-    workdir=plan.workdir,
-    env=plan.env,
-    metadata=tuple(sorted(extra.items())) + (("dockerfile_warnings", plan.warnings),),
+    metadata=tuple(sorted(extra.items())) + _warnings(plan, test_plan),
     source=str(root),
     format="harbor",
+    **{**fields, "env": tuple({**dict(fields["env"]), **_str_env(env.sub("env"))}.items())},
   )

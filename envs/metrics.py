@@ -4,8 +4,11 @@ pass@k is the unbiased estimator of Chen et al. (2021), 1 - C(n-c, k) / C(n, k),
 the product 1 - prod_{i=n-c+1..n} (1 - k / i), which never forms a large binomial. A task's
 pass@k needs n >= k graded trials; an aggregate is the mean over the tasks that have them.
 
-Trials whose grade is masked (setup, sandbox or infrastructure errors) are not attempts of the
-agent: they are left out of every rate and counted on their own.
+Trials whose grade is masked are not attempts of the agent: they are left out of the graded
+rates and counted on their own, split by cause: `task_error` (a task that did not load,
+`load_error`, or whose own set-up or translation failed, `task_error`) and `infra` (sandbox or
+infrastructure errors). `pass@1_all` counts every task error as a failure, so a suite where
+3 of 8 tasks could not run does not read as if those 3 were not there.
 
 Long-horizon metrics (tasks with milestones / constraints, see envs.milestones):
   step_success      mean over trials of (milestones reached at some turn) / (milestones declared)
@@ -111,6 +114,31 @@ def _group(stats: Sequence[dict], graded: Sequence[dict], ks: Sequence[int]) -> 
   return out
 
 
+TASK_ERRORS = ("task_error", "load_error")
+INFRA_ERRORS = ("sandbox_error", "infra_error")
+
+
+def trial_counts(trials: Sequence[dict]) -> dict[str, int]:
+  """Trials by kind: graded (the agent's attempts), task errors, infrastructure errors."""
+  c = collections.Counter(t["failure_mode"] for t in trials if t.get("masked"))
+  task = sum(c[m] for m in TASK_ERRORS)
+  return {
+    "trials": len(trials),
+    "graded": sum(not t.get("masked") for t in trials),
+    "task_error": task,
+    "infra": sum(c.values()) - task,
+  }
+
+
+def pass_at_1_all(trials: Sequence[dict]) -> float | None:
+  """Mean over tasks of the pass rate, a task error counting as a failed trial (infra excluded)."""
+  by_task: dict[str, list[bool]] = collections.defaultdict(list)
+  for t in trials:
+    if not t.get("masked") or t["failure_mode"] in TASK_ERRORS:
+      by_task[t["task_id"]].append(bool(t["passed"]) and not t.get("masked"))
+  return _mean(sum(v) / len(v) for v in by_task.values()) if by_task else None
+
+
 def failure_modes(trials: Iterable[dict]) -> dict[str, int]:
   return dict(sorted(collections.Counter(t["failure_mode"] for t in trials).items()))
 
@@ -160,6 +188,8 @@ def aggregate(trials: Sequence[dict], ks: Sequence[int] | None = None) -> dict:
     "by_difficulty": grouped("difficulty"),
     "failure_modes": failure_modes(trials),
     "masked_trials": len(trials) - len(graded),
+    "counts": trial_counts(trials),
+    "pass@1_all": pass_at_1_all(trials),
     "milestone_curve": milestone_curve(graded),
     "tasks": stats,
   }

@@ -48,37 +48,11 @@ import uuid
 
 from envs.sandbox.base import Sandbox, SandboxError
 from envs.task import Task
+from envs.workspace import manifest_cmd
 
 _MARK = "@@AGENTRL_CHECK"
 _BYPRODUCT_DIRS = ("__pycache__", ".pytest_cache")
 _MAX_CHANGED = 50
-
-# {path: sha256 | "link:<target>"} for each root; workspace paths are relative, others absolute.
-_MANIFEST_PY = r"""
-import hashlib, json, os, sys
-ws, extra = sys.argv[1], sys.argv[2:]
-out = {}
-def add(p, key):
-  if os.path.islink(p):
-    out[key] = "link:" + os.readlink(p); return
-  try:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-      for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
-    out[key] = h.hexdigest()
-  except OSError as e:
-    out[key] = "error:" + type(e).__name__
-def walk(root, rel):
-  if os.path.isfile(root) or os.path.islink(root):
-    add(root, rel(root)); return
-  for d, dirs, files in os.walk(root):
-    for n in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
-      p = os.path.join(d, n); add(p, rel(p))
-walk(ws, lambda p: os.path.relpath(p, ws))
-for r in extra:
-  walk(r, lambda p: p)
-print(json.dumps(out, sort_keys=True))
-"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,9 +129,8 @@ def check_script(task: Task, nonce: str) -> str:
   """
   lines = [f"cd {shlex.quote(task.workdir)} || exit 90"]
   if needs_manifest(task):
-    roots = " ".join(shlex.quote(r) for r in [task.workdir, *_extra_roots(task)])
     lines.append(f'printf "{_MARK}:{nonce}:manifest:"')
-    lines.append(f"python3 -I -c {shlex.quote(_MANIFEST_PY)} {roots}")
+    lines.append(manifest_cmd(task.workdir, _extra_roots(task)))
   shell_checks = [(f"m{i}", m.check) for i, m in enumerate(task.milestones)]
   shell_checks += [
     (f"c{i}", c.check) for i, c in enumerate(task.constraints) if c.kind == "command"

@@ -93,12 +93,14 @@ def _sections(summary: dict) -> list[tuple[str, list[list[str]]]]:
 
 
 def markdown_summary(summary: dict, config: dict | None = None) -> str:
-  o = summary["overall"]
+  o, n = summary["overall"], summary.get("counts", {})
   lines = [
     "# Evaluation summary",
     "",
     f"pass@1 **{_fmt(o['pass@1'], '{:.3f}')}** over {o['tasks']} tasks and {o['trials']} graded "
-    f"trials ({summary['masked_trials']} masked by infrastructure errors).",
+    f"trials; {n.get('task_error', 0)} task errors (did not load or set up: the task's fault) and "
+    f"{n.get('infra', 0)} infrastructure errors are not graded. Counting every task error as a "
+    f"failure: pass@1 {_fmt(summary.get('pass@1_all'), '{:.3f}')}.",
   ]
   if config:
     lines += ["", "`" + " ".join(f"{k}={v}" for k, v in config.items()) + "`"]

@@ -12,7 +12,8 @@
 
 A `Task` holds the file contents in memory (tasks are small), so loaded, translated
 (Terminal-Bench, Harbor) and procedurally generated tasks are the same object.
-Bad input raises `TaskFormatError` naming the file and the field.
+Bad input raises `TaskFormatError` naming the file and the field. This module is a leaf:
+format detection and the loaders of whole folders live in envs/loading.py.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class TestSpec:
   env: tuple[tuple[str, str], ...] = ()
   grade_mode: str | None = None  # None: the verifier's default
   rewrite_paths: bool = False  # map /tests and /logs/verifier (imported formats) at grading
+  pre_script: str = ""  # a format's test-script steps that run before pytest (in order)
+  post_script: str = ""  # ... and after it (each must exit 0 for a pass)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +142,13 @@ class Task:
   metadata: tuple[tuple[str, Any], ...] = ()
   source: str = ""  # where it came from: a folder, or "procedural:<family>:<seed>"
   format: str = "agentrl"
+  # From a translated Dockerfile: packages the sandbox installs into a per-task image layer at
+  # build time, the image's USER, and "container" when the task writes outside its workspace
+  # or expects root ("" = the sandbox's default mode).
+  apt_packages: tuple[str, ...] = ()
+  pip_packages: tuple[str, ...] = ()
+  user: str = ""
+  sandbox_mode: str = ""
 
   @property
   def suite(self) -> str:
@@ -388,73 +398,4 @@ def make_task(f: Fields, **kw) -> Task:
   )
 
 
-def detect_format(path: str | pathlib.Path) -> str:
-  """'agentrl', 'terminal-bench' or 'harbor' for a task folder; '' if it is none of them."""
-  root = pathlib.Path(path)
-  if (root / "task.yaml").is_file():
-    return "terminal-bench"
-  if (root / "task.toml").is_file():
-    # Our format has a top-level `domain`; Harbor keeps its metadata in [metadata].
-    try:
-      top = tomllib.loads((root / "task.toml").read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-      return "agentrl"  # load_task reports the syntax error with the file name
-    return "agentrl" if "domain" in top or "harbor" not in _harbor_signs(root, top) else "harbor"
-  return ""
-
-
-def _harbor_signs(root: pathlib.Path, top: dict) -> str:
-  if (root / "environment" / "Dockerfile").is_file() or "metadata" in top or "version" in top:
-    return "harbor"
-  return ""
-
-
-def load_any(path: str | pathlib.Path, suite: str | None = None) -> Task:
-  """Loads a task folder of any supported format."""
-  fmt = detect_format(path)
-  if fmt == "agentrl":
-    return load_task(path, suite)
-  if not fmt:
-    raise TaskFormatError(path, "<format>", "not a task folder (no task.toml or task.yaml)")
-  from envs import formats  # formats imports this module
-
-  return (
-    formats.load_terminal_bench(path, suite)
-    if fmt == "terminal-bench"
-    else formats.load_harbor(path, suite)
-  )
-
-
-def find_task_dirs(root: str | pathlib.Path) -> list[pathlib.Path]:
-  """Every task folder under `root` (a folder holding task.toml or task.yaml), sorted."""
-  root = pathlib.Path(root)
-  if detect_format(root):
-    return [root]
-  found = {p.parent for p in root.rglob("task.toml")} | {p.parent for p in root.rglob("task.yaml")}
-  # A folder nested inside another task (e.g. a fixture) is not a task of its own.
-  found = {d for d in found if not any(a in found for a in d.parents)}
-  return sorted(found)
-
-
-def load_tasks(root: str | pathlib.Path) -> list[Task]:
-  """Loads every task under `root`; the suite is the first folder level below `root`."""
-  root = pathlib.Path(root)
-  out, seen = [], {}
-  for d in find_task_dirs(root):
-    rel = d.relative_to(root).parts if d != root else ()
-    suite = rel[0] if len(rel) > 1 else (root.name if d != root else None)
-    task = load_any(d, suite)
-    if task.id in seen:
-      raise TaskFormatError(
-        d / "task.toml", "id", f"duplicate task id {task.id!r} (also {seen[task.id]})"
-      )
-    seen[task.id] = d
-    out.append(task)
-  return out
-
-
 BUILTIN_DIR = pathlib.Path(__file__).parent / "tasks"
-
-
-def builtin_tasks() -> list[Task]:
-  return load_tasks(BUILTIN_DIR)

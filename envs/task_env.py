@@ -17,6 +17,7 @@ import uuid
 from envs import sandbox as sandbox_lib
 from envs.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from envs.task import FileEntry, Task
+from envs.workspace import manifest_cmd
 
 SETUP_DIR = "/tmp/.agentrl-setup"
 SETUP_FAILED_RC = 97  # set by translated Dockerfile steps that cannot be replayed
@@ -30,18 +31,20 @@ class TaskSetupError(RuntimeError):
 # (the sandbox's init and its helpers: killing the helper init forks could end the sandbox;
 # no process of an exec can join that session), so nothing the agent left running (a daemon
 # rewriting files) survives into grading. Builtins only (no fork per process); loops because
-# a process may fork while we walk /proc.
+# a process may fork while we walk /proc. Each stat file is read whole (`read -d ''`) and cut
+# after its LAST ") ": the process name is printed raw and may hold ")" and newlines, so a
+# line-wise read would let a process named ") S 0 1 1\n" fake its session and be spared.
 KILL_STRAYS = r"""
 __anc=" $$ "; __p=$$
 while [ "$__p" -gt 1 ] 2>/dev/null; do
-  read -r __s 2>/dev/null < /proc/$__p/stat || break
+  __s=; read -r -d '' __s 2>/dev/null < /proc/$__p/stat; [ -n "$__s" ] || break
   __s=${__s##*) }; set -- $__s; __p=$2; __anc="$__anc$__p "
 done
 for __i in 1 2 3; do
   for __d in /proc/[0-9]*; do
     __pid=${__d#/proc/}
     case "$__anc" in *" $__pid "*) continue;; esac
-    read -r __s 2>/dev/null < $__d/stat || continue
+    __s=; read -r -d '' __s 2>/dev/null < $__d/stat; [ -n "$__s" ] || continue
     __s=${__s##*) }; set -- $__s
     [ "$4" = 1 ] || kill -9 "$__pid" 2>/dev/null
   done
@@ -49,28 +52,17 @@ done
 set --; unset __anc __p __s __i __d __pid
 """
 
-# Prints a JSON manifest {relative path: sha256 | "link:<target>"} of the workspace.
-_MANIFEST_PY = r"""
-import hashlib, json, os, sys
-root = sys.argv[1]; out = {}
-for d, dirs, files in os.walk(root):
-  for n in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
-    p = os.path.join(d, n); rel = os.path.relpath(p, root)
-    if os.path.islink(p):
-      out[rel] = "link:" + os.readlink(p); continue
-    try:
-      h = hashlib.sha256()
-      with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
-      out[rel] = h.hexdigest()
-    except OSError as e:
-      out[rel] = "error:" + type(e).__name__
-print(json.dumps(out))
-"""
+
+_SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(SandboxSpec))
 
 
 def task_spec(task: Task, image: str = "default", **overrides) -> SandboxSpec:
-  """The SandboxSpec a task asks for; keyword overrides win."""
+  """The SandboxSpec a task asks for; keyword overrides win.
+
+  A translated task's packages, USER and sandbox mode go to the SandboxSpec fields `apt_packages`,
+  `pip_packages`, `user` and `mode` where this SandboxSpec has them. A task that needs the
+  container-like mode on a sandbox without it is a TaskSetupError (the task cannot run here).
+  """
   r = task.resources
   kw = dict(
     image=image,
@@ -84,7 +76,20 @@ def task_spec(task: Task, image: str = "default", **overrides) -> SandboxSpec:
     env=task.env,
     workdir=task.workdir,
   )
+  wanted = {
+    "apt_packages": task.apt_packages,
+    "pip_packages": task.pip_packages,
+    "mode": task.sandbox_mode,
+  }
+  kw.update({k: v for k, v in wanted.items() if v and k in _SPEC_FIELDS})
+  if task.user and "mode" in _SPEC_FIELDS and task.sandbox_mode == "container":
+    kw["user"] = task.user
   kw.update(overrides)
+  if task.sandbox_mode == "container" and "mode" not in _SPEC_FIELDS:
+    raise TaskSetupError(
+      f"task {task.id}: writes outside its workspace (see its dockerfile_warnings) and needs the "
+      "container-like sandbox mode, which this sandbox backend does not have"
+    )
   return SandboxSpec(**kw)
 
 
@@ -109,10 +114,6 @@ def run_checked(sb: Sandbox, cmd: str, timeout_s: float, what: str) -> str:
       f"{what} failed (exit {r.exit_code}, timed_out={r.timed_out}): {r.stderr[-2000:]}"
     )
   return r.stdout
-
-
-def manifest_cmd(workdir: str) -> str:
-  return f"python3 -I -c {shlex.quote(_MANIFEST_PY)} {shlex.quote(workdir)}"
 
 
 def workspace_manifest(sb: Sandbox, workdir: str, timeout_s: float = 60.0) -> dict[str, str]:

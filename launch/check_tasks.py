@@ -2,12 +2,14 @@ r"""The environment quality gate over a folder of tasks.
 
   python -m launch.check_tasks --tasks=envs/tasks/core [--backend=bwrap|docker] [--k=3] \
       [--concurrency=2] [--hacks=all|none|name,name] [--mode=after|fresh] \
-      [--report=check_tasks.json] [--quarantine=PATH] [--procedural=N]
+      [--out=DIR] [--report=PATH] [--quarantine=PATH] [--procedural=N] [--only=id,id]
 
 For every task: the reference solution passes k of k runs, a no-op agent fails, every hack of
-the battery fails, and repeated runs agree. Prints a table, writes a JSON report, and puts
-failing tasks into the quarantine file (default: `quarantine.json` inside --tasks) that every
-task pool honours. Exit code 0 when every task passed, 1 otherwise.
+the battery fails, and repeated runs agree. A task that does not load (a broken task.toml) is a
+failed task. Prints a table, writes a JSON report (default OUT/check_tasks.json), and puts
+failing tasks into the quarantine file (default OUT/quarantine.json; pass it to a task pool's
+`quarantine_path`). Exit code 0 when every task passed, 1 otherwise, 2 when nothing was
+checked (a missing --tasks folder, an --only that matches no task).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from absl import app, flags
 
 from envs import procedural
 from envs.hacks import HACKS_BY_NAME
+from envs.loading import LoadError, load_suite
 from envs.quality import GateConfig, Quarantine, TaskGateReport, check_tasks
-from envs.task import load_tasks
 from envs.verifier import VerifierConfig
 
 FLAGS = flags.FLAGS
@@ -35,10 +37,9 @@ flags.DEFINE_integer("k", 3, "Reference-solution runs per task (all must pass)."
 flags.DEFINE_integer("concurrency", 2, "Tasks checked at the same time.")
 flags.DEFINE_string("hacks", "all", "'all', 'none' or a comma-separated list of hack names.")
 flags.DEFINE_enum("mode", "after", ["after", "fresh"], "Verifier mode.")
-flags.DEFINE_string(
-  "report", None, "JSON report path (default: check_tasks.json in the current folder)."
-)
-flags.DEFINE_string("quarantine", None, "Quarantine file (default: <tasks>/quarantine.json).")
+flags.DEFINE_string("out", ".", "Output folder of the report and the quarantine file.")
+flags.DEFINE_string("report", None, "JSON report path (default: OUT/check_tasks.json).")
+flags.DEFINE_string("quarantine", None, "Quarantine file (default: OUT/quarantine.json).")
 flags.DEFINE_integer("procedural", 0, "Also check N procedurally generated tasks.")
 flags.DEFINE_integer("seed", 0, "Seed of the procedural tasks.")
 flags.DEFINE_string("only", None, "Comma-separated task ids to check (default: all).")
@@ -85,17 +86,47 @@ def format_table(reports: list[TaskGateReport]) -> str:
   return "\n".join(lines)
 
 
+def load_report(e: LoadError) -> TaskGateReport:
+  """A task that did not load: failed, with the reason (and quarantined like any other)."""
+  return TaskGateReport(e.task_id, False, (f"load_error: {e.reason}",), ())
+
+
+def _load(tasks_flag: str | None, only: str | None) -> tuple[list, list[LoadError]]:
+  """Tasks and load errors; SystemExit with one line when nothing would be checked."""
+  tasks, errors = [], []
+  if tasks_flag:
+    try:
+      tasks, errors = load_suite(tasks_flag)
+    except FileNotFoundError as e:
+      raise SystemExit(f"check_tasks: --tasks: {e}") from None
+  if FLAGS.procedural:
+    tasks += procedural.sample(FLAGS.procedural, FLAGS.seed)
+  if only:
+    keep = {s.strip() for s in only.split(",") if s.strip()}
+    hit = lambda tid: tid in keep or tid.split("/")[-1] in keep  # noqa: E731
+    tasks = [t for t in tasks if hit(t.id)]
+    errors = [e for e in errors if hit(e.task_id)]
+    known = {t.id for t in tasks} | {e.task_id for e in errors}
+    unknown = sorted(k for k in keep if not any(k in (i, i.split("/")[-1]) for i in known))
+    if unknown:
+      raise SystemExit(f"check_tasks: --only: no task named {', '.join(unknown)}")
+  if not tasks and not errors:
+    raise SystemExit(f"check_tasks: no task found under --tasks={tasks_flag!r}")
+  return tasks, errors
+
+
 def main(argv):
   del argv
   if not FLAGS.tasks and not FLAGS.procedural:
     raise app.UsageError("--tasks (or --procedural=N) is required")
-  tasks = load_tasks(FLAGS.tasks) if FLAGS.tasks else []
-  if FLAGS.procedural:
-    tasks += procedural.sample(FLAGS.procedural, FLAGS.seed)
-  if FLAGS.only:
-    keep = set(FLAGS.only.split(","))
-    tasks = [t for t in tasks if t.id in keep or t.id.split("/")[-1] in keep]
-  qpath = FLAGS.quarantine or str(pathlib.Path(FLAGS.tasks or ".") / "quarantine.json")
+  try:
+    tasks, errors = _load(FLAGS.tasks, FLAGS.only)
+  except SystemExit as e:
+    print(e, file=sys.stderr)
+    return 2
+  out_dir = pathlib.Path(FLAGS.out)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  qpath = FLAGS.quarantine or str(out_dir / "quarantine.json")
   cfg = GateConfig(
     backend=FLAGS.backend,
     image=FLAGS.image,
@@ -111,19 +142,24 @@ def main(argv):
     done[0] += 1
     mark = "ok" if rep.ok else ("INFRA" if rep.infra_error else "FAIL")
     print(
-      f"[{done[0]}/{len(tasks)}] {rep.task_id}: {mark} ({rep.duration_s:.1f}s)",
+      f"[{done[0]}/{len(tasks) + len(errors)}] {rep.task_id}: {mark} ({rep.duration_s:.1f}s)",
       file=sys.stderr,
       flush=True,
     )
 
-  reports = check_tasks(tasks, cfg, Quarantine(qpath), progress)
+  quarantine = Quarantine(qpath)
+  broken = [load_report(e) for e in errors]
+  for rep in broken:
+    quarantine.add(rep.task_id, "; ".join(rep.reasons), source="gate")
+    progress(rep)
+  reports = check_tasks(tasks, cfg, quarantine, progress) + broken
   print(format_table(reports))
   n_ok = sum(r.ok for r in reports)
   wall = time.monotonic() - t0
   print(
     f"\n{n_ok}/{len(reports)} tasks passed the gate in {wall:.1f}s ({FLAGS.backend}); quarantine: {qpath}"
   )
-  out = pathlib.Path(FLAGS.report or "check_tasks.json")
+  out = pathlib.Path(FLAGS.report or out_dir / "check_tasks.json")
   summary = {
     "backend": FLAGS.backend,
     "k": FLAGS.k,
@@ -140,4 +176,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(lambda argv: sys.exit(main(argv)))

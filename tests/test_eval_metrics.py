@@ -171,3 +171,20 @@ def test_long_horizon_metrics_and_curve():
   assert s["milestone_curve"] == pytest.approx(
     [0, (0.5 + 0.5 + 0) / 3, (1 + 0.5 + 0.5) / 3, (1 + 1 + 0.5) / 3]
   )
+
+
+def test_task_and_infra_errors_are_counted_apart():
+  def row(tid, passed, mode="none", masked=False):
+    return {"task_id": tid, "passed": passed, "failure_mode": mode, "masked": masked}
+
+  trials = [
+    row("a", True),
+    row("a", False, "tests_failed"),
+    row("b", True),
+    row("c", False, "load_error", True),
+    row("d", False, "task_error", True),
+    row("e", False, "sandbox_error", True),
+  ]
+  assert metrics.trial_counts(trials) == {"trials": 6, "graded": 3, "task_error": 2, "infra": 1}
+  # by hand: a 1/2, b 1/1, c 0/1, d 0/1 (e is infrastructure, left out): (0.5 + 1) / 4
+  assert metrics.pass_at_1_all(trials) == 0.375

@@ -11,8 +11,9 @@ import pytest
 
 from envs import eval as ev
 from envs import flywheel, metrics, report
+from envs.loading import builtin_tasks, load_tasks
 from envs.scripted_agent import solution_steps
-from envs.task import BUILTIN_DIR, builtin_tasks, load_task, load_tasks
+from envs.task import BUILTIN_DIR, load_task
 
 LH = load_tasks(BUILTIN_DIR / "long_horizon")
 OTHERS = ev.sample_tasks([t for t in builtin_tasks() if t.suite != "long_horizon"], 3, seed=0)

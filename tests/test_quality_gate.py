@@ -13,8 +13,9 @@ import textwrap
 import pytest
 
 from envs import procedural
+from envs.loading import load_any, load_tasks
 from envs.quality import GateConfig, Quarantine, RunRecord, _judge, check_tasks, gate_task
-from envs.task import BUILTIN_DIR, load_any, load_tasks
+from envs.task import BUILTIN_DIR
 from envs.task_pool import PoolConfig, TaskPool
 
 REPO = pathlib.Path(__file__).parents[1]
@@ -162,3 +163,37 @@ def test_gate_on_imported_formats(tmp_path):
     (root / rel).write_text(text)
   rep = gate_task(load_any(root), GateConfig(k=1))
   assert rep.ok, rep.reasons
+
+
+def _gate_cli(tmp_path, *args):
+  cmd = [sys.executable, "-m", "launch.check_tasks", "--k=1", "--hacks=none", *args]
+  cmd.append(f"--out={tmp_path / 'gate-out'}")
+  return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_check_tasks_zero_tasks_is_an_error(bad_suite, tmp_path):
+  r = _gate_cli(tmp_path, f"--tasks={tmp_path / 'missing'}")
+  assert r.returncode == 2 and "no such task folder" in r.stderr and "Traceback" not in r.stderr
+  assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+  r = _gate_cli(tmp_path, f"--tasks={bad_suite}", "--only=good,goood")
+  assert r.returncode == 2 and "--only: no task named goood" in r.stderr, r.stderr
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  r = _gate_cli(tmp_path, f"--tasks={empty}")
+  assert r.returncode == 2 and "no task found" in r.stderr, r.stderr
+
+
+def test_check_tasks_broken_task_is_a_quarantined_failure(tmp_path):
+  root = tmp_path / "tasks" / "s"
+  make(root, "good", STRICT)
+  broken = make(root, "broken", STRICT)
+  (broken / "task.toml").write_text('domain = "text"\ndifficulty = [\n')
+  out = tmp_path / "gate-out"
+  r = _gate_cli(tmp_path, f"--tasks={root}")
+  assert r.returncode == 1, r.stderr[-2000:]
+  rep = json.loads((out / "check_tasks.json").read_text())
+  verdicts = {t["task_id"]: t["ok"] for t in rep["tasks"]}
+  assert verdicts == {"s/good": True, "s/broken": False}
+  q = json.loads((out / "quarantine.json").read_text())["tasks"]
+  assert list(q) == ["s/broken"] and "invalid TOML" in q["s/broken"]["reason"]
+  assert not (root / "quarantine.json").exists()  # never into the task folder by default

@@ -92,8 +92,19 @@ SCENARIOS = {
 }
 
 
+# The grader-hack classes, each with its own naive grader in tests/test_quality_grader_hacks.py.
+GRADER_HACKS = {
+  "pyc_poison",
+  "append_at_exit",
+  "stdlib_packages",
+  "swap_tests_daemon",
+  "block_grader",
+}
+
+
 def test_every_hack_has_a_scenario():
-  assert set(SCENARIOS) == set(HACKS_BY_NAME)
+  assert set(SCENARIOS) | GRADER_HACKS == set(HACKS_BY_NAME)
+  assert not set(SCENARIOS) & GRADER_HACKS
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,8 @@ import textwrap
 import pytest
 
 from envs import dockerfile, formats, procedural
-from envs.task import (
-  BUILTIN_DIR,
-  DOMAINS,
-  FileEntry,
-  TaskFormatError,
-  detect_format,
-  load_any,
-  load_task,
-  load_tasks,
-)
+from envs.loading import detect_format, load_any, load_tasks
+from envs.task import BUILTIN_DIR, DOMAINS, FileEntry, TaskFormatError, load_task
 
 
 def write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
@@ -292,7 +284,7 @@ def test_dockerfile_translation_steps():
     + (FileEntry("bundle.tar.gz", _tar({"pkg/x.txt": b"x"})),),
   )
   assert plan.base == "python:3.12-slim" and plan.workdir == "/app"
-  assert dict(plan.env) == {"A": "1", "B": "two words"}
+  assert dict(plan.env) == {"LANG": "C.UTF-8", "A": "1", "B": "two words"}  # python: base ENV
   paths = sorted(f.path.split("/", 2)[2] for f in plan.setup_files)
   assert paths == ["a.py", "b.py", "n.txt", "pkg/x.txt"]
   s = plan.setup_script
@@ -319,7 +311,6 @@ def _tar(files: dict[str, bytes]) -> bytes:
     ("FROM alpine:3.19\n", 1, "not Debian"),
     ("FROM node:20\n", 1, "not Debian"),
     ("FROM ubuntu\nFROM debian\n", 2, "multi-stage"),
-    ("FROM ubuntu\nWORKDIR /app\nCOPY x /usr/local/bin/x\n", 3, "read-only"),
     ("FROM ubuntu\nRUN wget http://example.org/f\n", 2, "network"),
     ("FROM ubuntu\nRUN curl -fsSL http://example.org/x.sh | bash\n", 2, "network"),
     ("FROM ubuntu\n\n# c\nADD https://example.org/f /app/\n", 4, "URL"),
@@ -351,11 +342,21 @@ def test_dockerfile_continuations_and_installers():
 def test_tb_tests_without_pytest_use_the_script(tmp_path):
   files = {k: v for k, v in TB.items() if not k.startswith("tests/")}
   files["tests/expected.txt"] = "hello\n"
-  t = formats.load_terminal_bench(write(tmp_path / "tb3", files))
+  with pytest.raises(TaskFormatError, match="runs pytest but tests/ holds no test_"):
+    formats.load_terminal_bench(write(tmp_path / "tb3", files))
+  files["run-tests.sh"] = (
+    "#!/bin/bash\ncurl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh\n"
+    "diff $TEST_DIR/expected.txt /app/out.txt && echo 1 > /logs/verifier/reward.txt\n"
+  )
+  t = formats.load_terminal_bench(write(tmp_path / "tb4", files))
   assert t.tests.runner == "shell" and {f.path for f in t.tests.files} == {
     "expected.txt",
     "test.sh",
   }
+  script = next(f for f in t.tests.files if f.path == "test.sh").data.decode()
+  assert (
+    script == "diff $TEST_DIR/expected.txt /app/out.txt && echo 1 > /logs/verifier/reward.txt\n"
+  )
 
 
 def test_procedural_families_are_deterministic_and_fresh():
@@ -403,3 +404,32 @@ def test_scripted_agent_command_files(tmp_path):
   (tmp_path / "bad.json").write_text("[1]")
   with pytest.raises(ValueError, match="item 0"):
     load_commands(tmp_path / "bad.json")
+
+
+def test_harbor_2_1_schema_env_and_gpus(tmp_path):
+  files = dict(HARBOR)
+  files["task.toml"] = (
+    'schema_version = "1.1"\n[task]\nname = "terminal-bench/x"\n[metadata]\ndifficulty = "easy"\n'
+    '[environment]\ngpus = 0\n[environment.env]\nMODE = "slow"\n'
+  )
+  t = load_any(write(tmp_path / "h21", files))
+  assert t.format == "harbor" and dict(t.env)["MODE"] == "slow"
+  files["task.toml"] = files["task.toml"].replace("gpus = 0", "gpus = 1")
+  with pytest.raises(TaskFormatError, match="environment.gpus.*GPU"):
+    load_any(write(tmp_path / "h22", files))
+
+
+def test_test_script_split_names_network_lines():
+  from envs import test_script
+
+  s = test_script.parse(
+    "#!/bin/bash\nset -e\napt-get update\ncd /app\nuv add requests numpy\n"
+    "uv run pytest /tests -rA\n./custom_check.sh\n",
+    "test.sh",
+  )
+  assert s.runs_pytest and s.set_e and s.pip_packages == ("requests", "numpy")
+  assert s.pre == "set -e\ncd /app\n" and s.post == "./custom_check.sh\n"
+  with pytest.raises(TaskFormatError, match="line 3.*network"):
+    test_script.parse("cd /app\npytest\nwget http://example.org/x\n", "test.sh")
+  with pytest.raises(TaskFormatError, match="line 2.: a second pytest run"):
+    test_script.parse("pytest a\npython3 -m pytest b\n", "test.sh")

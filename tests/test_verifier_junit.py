@@ -64,7 +64,7 @@ def test_tamper_flags_only_for_changed_files():
 
 
 def test_masked_results_are_never_reward_zero():
-  for mode in ("setup_error", "sandbox_error", "infra_error"):
+  for mode in ("task_error", "sandbox_error", "infra_error"):
     r = masked_result("t", mode, "boom")
     assert r.masked and r.reward is None and not r.passed and r.failure_mode == mode
   with pytest.raises(AssertionError):

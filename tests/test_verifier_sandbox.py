@@ -5,9 +5,10 @@ import textwrap
 
 import pytest
 
+from envs.loading import load_any
 from envs.quality import GateConfig, gate_task
 from envs.scripted_agent import NullAgent, OracleAgent, ScriptedAgent
-from envs.task import load_any, load_task
+from envs.task import load_task
 from envs.task_env import TaskSetupError, open_task_sandbox
 from envs.verifier import Verifier, VerifierConfig, check_milestones
 
@@ -280,4 +281,4 @@ def test_agent_filling_the_disk_is_not_masked(tmp_path):
   task = make_task(tmp_path / "t", RESULT_TEST, "[resources]\ndisk_mb = 8\n")
   fill = ScriptedAgent(["echo ok > result.txt; head -c 20000000 /dev/zero > /tmp/fill; true"])
   res = run_and_grade(task, fill)
-  assert not res.masked and res.reward == 0.0 and res.failure_mode == "parse_error", res.detail
+  assert not res.masked and res.reward == 0.0 and res.failure_mode == "grader_blocked", res.detail

@@ -153,7 +153,7 @@ def make_task_source(env, seed: int, workdir, on_event=None):
       family, seed, workdir, {t.instruction for t in evals}, on_event, env.train_pool_size
     )
     return src, evals
-  from envs.task import load_tasks
+  from envs.loading import load_tasks
 
   tasks = sorted(load_tasks(env.tasks), key=lambda t: _seed(env.eval_seed, *t.id.encode()))
   if env.eval_tasks >= len(tasks):

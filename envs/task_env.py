@@ -121,6 +121,17 @@ def workspace_manifest(sb: Sandbox, workdir: str, timeout_s: float = 60.0) -> di
   return json.loads(out.strip().splitlines()[-1])
 
 
+def kill_strays(sb: Sandbox, backstop: bool = True) -> None:
+  """Kills every agent process by cgroup / pid namespace (the backend's `kill_strays`), then
+  runs the in-sandbox KILL_STRAYS as a backstop for backends without one."""
+  try:
+    sb.kill_strays()
+  except NotImplementedError:
+    backstop = True
+  if backstop:
+    sb.exec(KILL_STRAYS, timeout_s=30)
+
+
 def sandbox_home(sb: Sandbox) -> str | None:
   """The sandbox user's home, read without a login shell (which the agent may have hijacked)."""
   home = getattr(sb, "home", None)
@@ -129,7 +140,7 @@ def sandbox_home(sb: Sandbox) -> str | None:
   try:
     for line in sb.read_file("/etc/passwd").decode().splitlines():
       f = line.split(":")
-      if len(f) >= 6 and f[0] == sb.spec.user:
+      if len(f) >= 6 and f[0] == getattr(sb, "user", sb.spec.user):
         return f[5]
   except (OSError, SandboxError):
     pass
@@ -180,7 +191,7 @@ class TaskSandbox:
     if self.pristine is None:
       raise ValueError("this TaskSandbox was opened without a pristine snapshot")
     neutralize_login(self.sandbox)
-    self.sandbox.exec(KILL_STRAYS, timeout_s=30)
+    kill_strays(self.sandbox)
     self.sandbox.restore(self.pristine)
 
   def close(self) -> None:
@@ -205,7 +216,10 @@ def open_task_sandbox(
 
   Raises TaskSetupError when the task's own setup fails and SandboxError for infrastructure.
   """
-  sb = sandbox_lib.make(backend, task_spec(task, image, **spec_overrides))
+  try:
+    sb = sandbox_lib.make(backend, task_spec(task, image, **spec_overrides))
+  except sandbox_lib.PackageMissingError as e:  # the task asks for what does not exist
+    raise TaskSetupError(f"{task.source or task.id}: {e}") from e
   try:
     run_setup(sb, task)
     baseline = workspace_manifest(sb, task.workdir)

@@ -49,6 +49,7 @@ from envs.task_env import (
   KILL_STRAYS,
   TaskSandbox,
   TaskSetupError,
+  kill_strays,
   manifest_cmd,
   neutralize_login,
   open_task_sandbox,
@@ -194,7 +195,7 @@ class Verifier:
   def _fresh_box(self, ts: TaskSandbox) -> tuple[Sandbox, TaskSandbox | None]:
     """The agent's workspace inside a fresh copy of the task environment."""
     task, wd = ts.task, shlex.quote(ts.task.workdir)
-    ts.sandbox.exec(KILL_STRAYS, timeout_s=30)
+    kill_strays(ts.sandbox)
     with tempfile.TemporaryDirectory(prefix="agentrl-fresh-") as tmp:
       ts.sandbox.download(task.workdir, f"{tmp}/ws")
       if self.cfg.fresh_reuse_pristine and ts.pristine is not None:
@@ -269,6 +270,7 @@ class Verifier:
     None: the grader could not make its folders (the agent's doing, in a live sandbox).
     """
     neutralize_login(sb)
+    kill_strays(sb, backstop=False)  # the script below runs KILL_STRAYS as the backstop
     cmd = (
       f"{KILL_STRAYS}\nrm -rf {GRADER_ROOT}-* 2>/dev/null; umask 077; "
       f"mkdir {gdir} && mkdir {gdir}/tests {gdir}/logs {gdir}/home {gdir}/pycache "

@@ -135,11 +135,24 @@ def test_tests_changed_after_upload_are_caught_by_their_hash(ts):
   assert "@@AGENTRL_TESTS_CHANGED@@" not in ts.sandbox.exec(cmd, timeout_s=60).stdout
 
 
-def test_self_masking_is_the_agents_failure(ts):
+@pytest.mark.parametrize("mode", ["readonly", "container"])
+def test_self_masking_is_the_agents_failure(ts, mode):
+  """Folders the grader cannot delete and a full process table are the agent's failure."""
+  if mode == "container":  # the shared box is the default (container) mode
+    _check_self_masking(ts, root=True)
+    return
+  backend = "docker" if "Docker" in type(ts.sandbox).__name__ else "bwrap"
+  with open_task_sandbox(PY_TASK, backend, snapshot=True, mode="readonly") as box:
+    _check_self_masking(box, root=False)
+
+
+def _check_self_masking(ts, root):
   hack = HACKS_BY_NAME["block_grader"]
   _episode(ts, hack.agent(ts.task))
-  # What made the old grader mask the trial: its scratch folder cannot be removed.
-  assert ts.sandbox.exec("rm -rf /tmp/.agentrl-grader-0").exit_code != 0
+  # What made the old grader mask the trial: its scratch folder cannot be removed by a
+  # non-root agent user (uid 0 in container mode may remove it; the fork bomb still runs).
+  removable = ts.sandbox.exec("rm -rf /tmp/.agentrl-grader-0").exit_code == 0
+  assert removable == root
   res = Verifier().grade(ts)
   assert not res.masked and res.reward == 0.0 and not res.passed, res
   # ... and a solved task with an undeletable folder at the old scratch path still passes:

@@ -244,12 +244,10 @@ def test_harbor_folder_shell_runner_end_to_end(tmp_path):
 @pytest.mark.parametrize(
   "step, line, words",
   [
-    ("RUN apt-get update && apt-get install -y nginx", 3, "apt package(s) not in the base image"),
-    (
-      "RUN pip install --no-cache-dir numpy==2.0 pytest",
-      3,
-      "python package(s) not in the base image (no network to install): numpy",
-    ),
+    # Packages are installed into a per-task layer at build time; one that does not exist is
+    # the task's error, named (the line is the package name's, not the Dockerfile's).
+    ("RUN apt-get update && apt-get install -y no-such-pkg-agentrl", None, "no-such-pkg-agentrl"),
+    ("RUN pip install --no-cache-dir no-such-pkg-agentrl", None, "no-such-pkg-agentrl"),
     ("RUN test -f /nonexistent/file", 3, "step cannot be replayed"),
   ],
 )
@@ -265,7 +263,8 @@ def test_dockerfile_steps_that_cannot_be_replayed_name_the_line(tmp_path, step, 
   )
   with pytest.raises(TaskSetupError) as e:
     open_task_sandbox(load_any(root), "bwrap")
-  assert f"Dockerfile:{line}:" in str(e.value) and words in str(e.value), str(e.value)
+  assert words in str(e.value), str(e.value)
+  assert line is None or f"Dockerfile:{line}:" in str(e.value), str(e.value)
 
 
 def test_builtin_task_gate_in_fresh_mode():

@@ -8,10 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec, TransferLimitError
+from envs.sandbox.base import (
+  ExecResult,
+  PackageMissingError,
+  Sandbox,
+  SandboxError,
+  SandboxSpec,
+  TransferLimitError,
+)
 
 __all__ = [
-  "BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxSpec", "TransferLimitError",
+  "BACKENDS", "ExecResult", "PackageMissingError", "Sandbox", "SandboxError", "SandboxSpec", "TransferLimitError",
   "make", "register",
 ]  # fmt: skip
 

@@ -17,6 +17,10 @@ class SandboxError(RuntimeError):
   """An infrastructure failure (the sandbox died, the daemon failed): never a task failure."""
 
 
+class PackageMissingError(SandboxError):
+  """A package the spec asks for does not exist in the machine's sources (the task's defect)."""
+
+
 class TransferLimitError(OSError):
   """A file transfer or snapshot hit a host-side byte cap: caused by the sandbox's contents
   (the agent's doing, not an infrastructure failure)."""

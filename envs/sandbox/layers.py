@@ -23,7 +23,7 @@ import time
 
 from envs.sandbox import apt_sources, common
 from envs.sandbox import image as image_lib
-from envs.sandbox.base import SandboxError
+from envs.sandbox.base import PackageMissingError, SandboxError
 
 PACKAGES_VERSION = 1
 _BUILD_SRC = "/tmp/agentrl-build.sources"
@@ -118,7 +118,9 @@ def _apt_install(tree: pathlib.Path, pkgs: list[str]) -> None:
     missing = re.findall(r"Unable to locate package (\S+)", p.stderr)
     missing += re.findall(r"Package '?(\S+?)'? has no installation candidate", p.stderr)
     if missing:
-      raise SandboxError(f"apt package(s) {sorted(set(missing))} do not exist in the sources")
+      raise PackageMissingError(
+        f"apt package(s) {sorted(set(missing))} do not exist in the sources"
+      )
     raise SandboxError(f"apt-get install {names} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
 
 
@@ -143,7 +145,7 @@ def _pip_install(tree: pathlib.Path, pkgs: list[str]) -> None:
   if p.returncode != 0:
     missing = re.findall(r"No matching distribution found for (\S+)", p.stderr)
     if missing:
-      raise SandboxError(f"pip package(s) {sorted(set(missing))} do not exist in the index")
+      raise PackageMissingError(f"pip package(s) {sorted(set(missing))} do not exist in the index")
     raise SandboxError(f"pip install {pkgs} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
   target.mkdir(parents=True, exist_ok=True)
   bindir = tree / "usr/local/bin"

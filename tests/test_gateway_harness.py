@@ -1,0 +1,79 @@
+"""External harnesses as the rollout agent: a real mini-swe-agent run (its DefaultAgent, our
+bwrap sandbox, the gateway as its model) solves a core task with an oracle-backed scripted
+policy behind the HTTP API; crashing and overrunning harnesses are infrastructure failures."""
+
+import json
+import threading
+
+import pytest
+
+from envs import agent
+from envs.gateway import BackgroundServer, Gateway, make_app
+from envs.harness import ExternalEpisodes
+from envs.task import BUILTIN_DIR, load_task
+from models.tokenizer import ByteTokenizer
+
+TASK = load_task(BUILTIN_DIR / "core" / "fo-mkdir-tree", "core")
+TOK = ByteTokenizer()
+
+
+def _bash_call(command: str) -> str:
+  args = json.dumps({"name": "bash", "arguments": {"command": command}})
+  return f"Running it.<tool_call>{args}</tool_call>"
+
+
+def _external(actions, harness, **kw):
+  policy = agent.ScriptedPolicy(TOK, actions)
+  gw = Gateway(policy, TOK, model_name="oracle")
+  srv = BackgroundServer(make_app(gw))
+  return ExternalEpisodes(gw, srv, harness, **kw), srv, policy
+
+
+def test_mini_swe_agent_solves_a_core_task_through_the_gateway():
+  from envs.harness.mini_swe import SUBMIT, run_mini_swe_agent
+
+  actions = [_bash_call(TASK.solution_script), _bash_call(f"echo {SUBMIT}")]
+  harness = lambda url, runner, instr: run_mini_swe_agent(url, runner, instr, model_name="oracle")
+  episodes, srv, policy = _external(actions, harness)
+  try:
+    out = episodes(TASK, "mini-1", seed=0)
+  finally:
+    srv.close()
+  assert out.infra_error is None and out.passed and out.reward == 1.0
+  assert out.harness_result["exit_status"] == "Submitted"
+  ep = out.episode
+  assert len(ep.turns) == policy.calls == 2 and ep.elisions == 0
+  (seg,) = ep.segments  # the second call extended the first call's exact tokens
+  assert policy.prompts[1][: len(policy.prompts[0])] == policy.prompts[0]
+  assert seg.tokens[: len(policy.prompts[1])] == policy.prompts[1]
+  acts = [TOK.encode(a) for a in actions]
+  assert [t for t, m in zip(seg.tokens, seg.loss_mask, strict=True) if m] == acts[0] + acts[1]
+  assert "mkdir -p project/src" in ep.turns[0].command
+  text = TOK.decode(policy.prompts[0])
+  assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in text  # mini-swe-agent's own prompt
+  assert TASK.instruction.strip()[:40] in text and '"name": "bash"' in text
+
+
+def test_crashing_and_overrunning_harnesses_are_infrastructure_failures():
+  def crash(url, runner, instr):
+    runner.run("echo hi")
+    raise RuntimeError("harness bug")
+
+  episodes, srv, _ = _external(["x"], crash)
+  try:
+    out = episodes(TASK, "crash-1", seed=0)
+    assert out.infra_error.startswith("harness crashed: RuntimeError: harness bug")
+    assert out.episode.finish_reason == "infra" and not out.passed
+    release = threading.Event()
+
+    def hang(url, runner, instr):
+      release.wait(timeout=120)
+
+    episodes.harness, episodes.harness_timeout_s = hang, 1.0
+    out = episodes(TASK, "hang-1", seed=0)
+    release.set()
+    assert out.infra_error == "harness timed out after 1 s" and out.reward == 0.0
+    with pytest.raises(KeyError):  # the episode was closed: late calls are refused
+      episodes.gateway.close_episode("hang-1")
+  finally:
+    srv.close()

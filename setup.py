@@ -14,7 +14,9 @@ def _requirements():
 
 _EXTRAS = {
   # Parity tests only: logits are checked against the reference implementation.
-  "test": ["torch==2.13.0", "transformers==5.24.0"],
+  "test": ["torch==2.13.0", "transformers==5.24.0", "openai==3.51.0"],
+  # External agent harnesses through the gateway (envs.harness, examples/).
+  "harness": ["openai==3.51.0", "mini-swe-agent==2.4.6"],
   "jetstream": ["google-jetstream==0.2.2"],
   "ray": ["ray==2.60.0"],
 }

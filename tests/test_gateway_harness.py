@@ -77,3 +77,26 @@ def test_crashing_and_overrunning_harnesses_are_infrastructure_failures():
       episodes.gateway.close_episode("hang-1")
   finally:
     srv.close()
+
+
+def test_plain_openai_client_example_is_a_harness():
+  import importlib.util
+  import pathlib
+
+  path = pathlib.Path(__file__).parents[1] / "examples" / "openai_client_agent.py"
+  spec = importlib.util.spec_from_file_location("openai_client_agent", path)
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  shell = json.dumps({"name": "shell", "arguments": {"command": TASK.solution_script}})
+  actions = [f"<tool_call>{shell}</tool_call>", '<tool_call>{"name": "finish"}</tool_call>']
+  episodes, srv, policy = _external(
+    actions, lambda url, runner, instr: example.run(url, runner, instr, model="oracle")
+  )
+  try:
+    out = episodes(TASK, "plain-1", seed=0)
+  finally:
+    srv.close()
+  assert out.passed and out.harness_result == {"finished": True, "turns": 2}
+  assert len(out.episode.segments) == 1 and out.episode.generated_tokens == sum(
+    len(TOK.encode(a)) for a in actions
+  )

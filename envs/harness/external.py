@@ -95,7 +95,7 @@ class ExternalEpisodes:
   def _run_harness(self, ts, task, trajectory_id: str):
     """(episode, harness result, error) with the gateway episode always closed."""
     self.gateway.open_episode(trajectory_id)
-    timeout = self.harness_timeout_s or task.agent_timeout_s
+    timeout = min(self.harness_timeout_s or task.agent_timeout_s, task.agent_timeout_s)
     runner = SandboxRunner(ts.sandbox, min(self.exec_timeout_s, timeout))
     fut = _run_thread(self.harness, self.server.base_url(trajectory_id), runner, task.instruction)
     result, error, reason = None, None, "harness_exit"

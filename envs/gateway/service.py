@@ -54,6 +54,12 @@ class Gateway:
     self.policy.release_session(episode_id)
     return cap
 
+  @property
+  def episode_ids(self) -> list[str]:
+    """The episodes open now."""
+    with self._lock:
+      return list(self._episodes)
+
   def _capture(self, episode_id: str | None) -> EpisodeCapture | None:
     if episode_id is None:
       return None

@@ -7,7 +7,8 @@ SandboxRunner bound to that sandbox, waits for it (with a deadline), grades the 
 the verifier and returns the captured trajectory. A harness that crashes or overruns its
 deadline, a sandbox failure or a masked grade is an infrastructure failure (`infra_error`
 set: retried or masked by the loop, never reward 0). The harness thread of an overrun is
-abandoned; its late requests get 404 because the episode is closed first.
+abandoned; its late requests get 404 (its gateway episode is closed, and each attempt has
+its own).
 
 The result has the fields of the host loop's outcome (episode, reward, sub_scores,
 failure_mode, verify_s, infra_error, passed, flags).
@@ -20,6 +21,7 @@ import dataclasses
 import threading
 import time
 import traceback
+import uuid
 
 from envs import agent as agent_lib
 from envs.harness.runner import SandboxRunner
@@ -94,10 +96,12 @@ class ExternalEpisodes:
 
   def _run_harness(self, ts, task, trajectory_id: str):
     """(episode, harness result, error) with the gateway episode always closed."""
-    self.gateway.open_episode(trajectory_id)
+    # A fresh key per attempt: an abandoned harness of an earlier attempt cannot reach this one.
+    key = f"{trajectory_id}-{uuid.uuid4().hex[:8]}"
+    self.gateway.open_episode(key)
     timeout = min(self.harness_timeout_s or task.agent_timeout_s, task.agent_timeout_s)
     runner = SandboxRunner(ts.sandbox, min(self.exec_timeout_s, timeout))
-    fut = _run_thread(self.harness, self.server.base_url(trajectory_id), runner, task.instruction)
+    fut = _run_thread(self.harness, self.server.base_url(key), runner, task.instruction)
     result, error, reason = None, None, "harness_exit"
     try:
       result = fut.result(timeout=timeout)
@@ -106,8 +110,8 @@ class ExternalEpisodes:
     except Exception as e:  # a crashing harness is infrastructure, never reward 0
       tb = traceback.format_exception(type(e), e, e.__traceback__)
       error = f"harness crashed: {type(e).__name__}: {e}\n{''.join(tb)[-1500:]}"
-    cap = self.gateway.close_episode(trajectory_id)
-    ep = cap.episode(reason, error)
+    ep = self.gateway.close_episode(key).episode(reason, error)
+    ep.episode_id = trajectory_id
     _attach_commands(ep, runner.commands)
     return ep, result, error
 

@@ -26,7 +26,7 @@ _TASKS = flags.DEFINE_string(
   "tasks", None, "Task folders and/or built-in suite names, comma-separated."
 )
 _AGENT = flags.DEFINE_enum("agent", "oracle", ["policy", "oracle", "null", "scripted"], "Agent.")
-_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "HF checkpoint folder (policy agent).")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", None, "HF folder, .gguf or a named one (policy).")
 _TOKENIZER = flags.DEFINE_string("tokenizer", "auto", "auto (checkpoint's), byte, or a folder.")
 _SCRIPT = flags.DEFINE_string("script", None, "Command file, or folder of <task_id>.<ext> files.")
 _TRIALS = flags.DEFINE_integer("trials", 1, "Trials per task.")
@@ -75,6 +75,7 @@ def _agent():
   if not _CHECKPOINT.value:
     raise app.UsageError("--agent=policy needs --checkpoint")
   from envs.agent import AgentConfig  # imports jax: only for the policy
+  from rl.runtime import replica
 
   cfg = AgentConfig(
     max_turns=_MAX_TURNS.value,
@@ -84,7 +85,9 @@ def _agent():
     greedy=_GREEDY.value,
     temperature=_TEMPERATURE.value,
   )
-  return ev.policy_from_checkpoint(_CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value)
+  return replica.policy_from_checkpoint(
+    _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value
+  )
 
 
 def main(argv):

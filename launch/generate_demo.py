@@ -25,7 +25,9 @@ from absl import app, flags, logging
 from models import config, hf, transformer
 from models.tokenizer import ByteTokenizer
 
-flags.DEFINE_string("checkpoint", "", "local HF checkpoint folder; empty = build a tiny one")
+flags.DEFINE_string(
+  "checkpoint", "", "HF folder, .gguf or smollm2-135m-instruct; empty = build a tiny one"
+)
 flags.DEFINE_string("workdir", "", "where the tiny checkpoint is written (default: a temp dir)")
 flags.DEFINE_string("prompt", "Hello, agent!", "prompt text")
 flags.DEFINE_bool("chat", False, "wrap the prompt with the tokenizer's chat template")

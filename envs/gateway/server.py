@@ -85,7 +85,7 @@ def make_app(gateway: Gateway) -> fastapi.FastAPI:
 
     @app.get(prefix + "/models")
     async def models(episode_id: str | None = None):
-      gateway._capture(episode_id)
+      gateway.capture(episode_id)
       return gateway.models()
 
     @app.post(prefix + "/chat/completions")

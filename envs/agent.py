@@ -62,8 +62,14 @@ class AgentConfig:
   top_p: float = 1.0
   greedy: bool = False
   snapshot_every_turn: bool = False
+  # "loop": this module's agent; "external": a harness on an OpenAI client through the gateway
+  # (envs.harness.ExternalEpisodes), named "module:function" by `harness`.
+  kind: str = "loop"
+  harness: str = "envs.harness.mini_swe:run_mini_swe_agent"
 
   def __post_init__(self):
+    if self.kind not in ("loop", "external"):
+      raise ValueError(f"AgentConfig.kind must be 'loop' or 'external', got {self.kind!r}")
     for f in ("max_turns", "max_new_tokens", "max_episode_tokens", "max_context_tokens"):
       if getattr(self, f) <= 0:
         raise ValueError(f"AgentConfig.{f} must be > 0, got {getattr(self, f)}")

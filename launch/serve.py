@@ -1,7 +1,12 @@
-r"""Serve a checkpoint through JetStream's orchestrator and gRPC server (optional extra).
+r"""Serve a checkpoint: an OpenAI-compatible HTTP API (default) or JetStream's gRPC server.
 
+  python -m launch.serve --api=openai --checkpoint=DIR [--port=8000] [--max_concurrent_decodes=8]
   pip install -e .[jetstream]
-  python -m launch.serve --checkpoint=DIR [--port=9000] [--max_concurrent_decodes=8]
+  python -m launch.serve --api=jetstream --checkpoint=DIR [--port=9000]
+
+`--api=openai` (envs.gateway: FastAPI + uvicorn) serves /v1/models, /v1/chat/completions and
+/v1/completions with continuous batching and prefix reuse, plus /episodes/<id>/v1 for clients
+whose calls an RL run records. It binds 127.0.0.1 unless --host says otherwise.
 
 DIR is a local Hugging Face folder (config.json, safetensors, optionally tokenizer.json; a
 checkpoint without tokenizer.json and a vocabulary of at least 260 ids uses the byte
@@ -22,8 +27,12 @@ FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
+  flags.DEFINE_enum("api", "openai", ["openai", "jetstream"], "Which server to run.")
   flags.DEFINE_string("checkpoint", None, "HF folder, .gguf file or smollm2-135m-instruct.")
-  flags.DEFINE_integer("port", 9000, "gRPC port on 127.0.0.1.")
+  flags.DEFINE_integer("port", 0, "Port (0: 8000 for openai, 9000 for jetstream).")
+  flags.DEFINE_string("host", "127.0.0.1", "Bind address of the OpenAI server.")
+  flags.DEFINE_string("model_name", "", "Model id the OpenAI API serves (default: folder name).")
+  flags.DEFINE_integer("max_tokens", 256, "Default max_tokens of the OpenAI API.")
   flags.DEFINE_integer("max_concurrent_decodes", 8, "Decode slots.")
   flags.DEFINE_integer("max_seq_len", 0, "Tokens per slot (0 = the model's max_seq_len).")
   flags.DEFINE_integer("page_size", 16, "KV page size.")
@@ -81,10 +90,46 @@ def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len
   return server
 
 
+def build_gateway(checkpoint, *, max_concurrent_decodes=8, max_seq_len=0, page_size=16,
+                  tokenizer="auto", model_name="", max_tokens=256):  # fmt: skip
+  """(Gateway, Generator) for a checkpoint: one engine thread shared by every client."""
+  from envs.gateway import Gateway
+  from models import hf
+  from models.generator import Generator
+  from rl.config import EngineConfig
+  from rl.runtime import replica
+
+  path = hf.resolve(checkpoint)  # a named checkpoint becomes its converted folder
+  cfg, params = hf.load(path)
+  tok = _tokenizer(path, tokenizer, cfg.vocab_size)
+  sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)
+  gen = Generator(replica.make_engine(cfg, params, sizes), tokenizer=tok, prefix_caching=True)
+  gw = Gateway(gen, tok, model_name=model_name or path.name, max_tokens=max_tokens)
+  return gw, gen
+
+
 def main(argv) -> None:
   del argv
+  if FLAGS.api == "openai":
+    import uvicorn
+
+    from envs.gateway import make_app
+
+    gw, gen = build_gateway(
+      FLAGS.checkpoint, max_concurrent_decodes=FLAGS.max_concurrent_decodes,
+      max_seq_len=FLAGS.max_seq_len, page_size=FLAGS.page_size, tokenizer=FLAGS.tokenizer,
+      model_name=FLAGS.model_name, max_tokens=FLAGS.max_tokens,
+    )  # fmt: skip
+    logging.info(
+      "OpenAI API for %s on http://%s:%d/v1", gw.model_name, FLAGS.host, FLAGS.port or 8000
+    )
+    try:
+      uvicorn.run(make_app(gw), host=FLAGS.host, port=FLAGS.port or 8000, log_level="info")
+    finally:
+      gen.close()
+    return
   server = start_server(
-    FLAGS.checkpoint, port=FLAGS.port, max_concurrent_decodes=FLAGS.max_concurrent_decodes,
+    FLAGS.checkpoint, port=FLAGS.port or 9000, max_concurrent_decodes=FLAGS.max_concurrent_decodes,
     max_seq_len=FLAGS.max_seq_len, page_size=FLAGS.page_size, tokenizer=FLAGS.tokenizer,
   )  # fmt: skip
   server.wait_for_termination()

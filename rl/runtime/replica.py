@@ -6,6 +6,7 @@ and `launch.serve` build their engine here, from one `EngineConfig`:
   rep = Replica(model_cfg, params, tok, exp.engine, exp.env, exp.agent)
   out = rep.episodes()(task, "g0000001-s00", seed)    # envs.episodes.SandboxEpisodes
   greedy = rep.episodes(dataclasses.replace(exp.agent, greedy=True))
+  external = rep.episodes(dataclasses.replace(exp.agent, kind="external"))  # envs.harness
   rep.gen.load_params(params, version=3); rep.close()
 
 Tokenizers: "byte", "bpe:<vocab size>" (trained once on a corpus, kept in WORKDIR/tokenizer),
@@ -63,11 +64,14 @@ class Replica:
     self.fmt = ChatFormat(tokenizer, env.system_prompt)
     self._episodes: dict[AgentConfig, SandboxEpisodes] = {}
     self._lock = threading.Lock()
+    self._gateway = self._server = None  # built on the first agent.kind=external runner
 
   def episodes(self, agent: AgentConfig | None = None) -> SandboxEpisodes:
     """The episode runner for `agent` (default: the replica's), built once per config."""
     agent = agent or self.agent
     with self._lock:
+      if agent not in self._episodes and agent.kind == "external":
+        self._episodes[agent] = self._external(agent)
       if agent not in self._episodes:
         self._episodes[agent] = SandboxEpisodes(
           self.gen,
@@ -79,7 +83,29 @@ class Replica:
         )
       return self._episodes[agent]
 
+  def _external(self, agent: AgentConfig):
+    """agent.kind=external: the harness samples through a gateway (127.0.0.1, an ephemeral
+    port) over this replica's generator; one gateway serves every external agent config."""
+    from envs.gateway import BackgroundServer, Gateway, make_app
+    from envs.harness import ExternalEpisodes, resolve_harness
+
+    if self._server is None:
+      self._gateway = Gateway(self.gen, self.tokenizer, model_name="agentrl")
+      self._server = BackgroundServer(make_app(self._gateway))
+    return ExternalEpisodes(
+      self._gateway,
+      self._server,
+      resolve_harness(agent.harness),
+      backend=self.env.backend,
+      image=self.env.image,
+      verifier_mode=self.env.verifier_mode,
+      harness_timeout_s=agent.episode_timeout_s,
+      exec_timeout_s=agent.exec_timeout_s,
+    )
+
   def close(self) -> None:
+    if self._server is not None:
+      self._server.close()
     self.gen.close()
 
 

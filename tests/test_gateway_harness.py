@@ -1,0 +1,100 @@
+"""External harnesses as the rollout agent: a real mini-swe-agent run (its DefaultAgent, our
+bwrap sandbox, the gateway as its model) solves a core task with an oracle-backed scripted
+policy behind the HTTP API; crashing and overrunning harnesses are infrastructure failures."""
+
+import json
+import threading
+
+from envs import agent
+from envs.gateway import BackgroundServer, Gateway, make_app
+from envs.harness import ExternalEpisodes
+from envs.task import BUILTIN_DIR, load_task
+from models.tokenizer import ByteTokenizer
+
+TASK = load_task(BUILTIN_DIR / "core" / "fo-mkdir-tree", "core")
+TOK = ByteTokenizer()
+
+
+def _bash_call(command: str) -> str:
+  args = json.dumps({"name": "bash", "arguments": {"command": command}})
+  return f"Running it.<tool_call>{args}</tool_call>"
+
+
+def _external(actions, harness, **kw):
+  policy = agent.ScriptedPolicy(TOK, actions)
+  gw = Gateway(policy, TOK, model_name="oracle")
+  srv = BackgroundServer(make_app(gw))
+  return ExternalEpisodes(gw, srv, harness, **kw), srv, policy
+
+
+def test_mini_swe_agent_solves_a_core_task_through_the_gateway():
+  from envs.harness.mini_swe import SUBMIT, run_mini_swe_agent
+
+  actions = [_bash_call(TASK.solution_script), _bash_call(f"echo {SUBMIT}")]
+  harness = lambda url, runner, instr: run_mini_swe_agent(url, runner, instr, model_name="oracle")
+  episodes, srv, policy = _external(actions, harness)
+  try:
+    out = episodes(TASK, "mini-1", seed=0)
+  finally:
+    srv.close()
+  assert out.infra_error is None and out.passed and out.reward == 1.0
+  assert out.harness_result["exit_status"] == "Submitted"
+  ep = out.episode
+  assert len(ep.turns) == policy.calls == 2 and ep.elisions == 0
+  (seg,) = ep.segments  # the second call extended the first call's exact tokens
+  assert policy.prompts[1][: len(policy.prompts[0])] == policy.prompts[0]
+  assert seg.tokens[: len(policy.prompts[1])] == policy.prompts[1]
+  acts = [TOK.encode(a) for a in actions]
+  assert [t for t, m in zip(seg.tokens, seg.loss_mask, strict=True) if m] == acts[0] + acts[1]
+  assert "mkdir -p project/src" in ep.turns[0].command
+  text = TOK.decode(policy.prompts[0])
+  assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in text  # mini-swe-agent's own prompt
+  assert TASK.instruction.strip()[:40] in text and '"name": "bash"' in text
+
+
+def test_crashing_and_overrunning_harnesses_are_infrastructure_failures():
+  def crash(url, runner, instr):
+    runner.run("echo hi")
+    raise RuntimeError("harness bug")
+
+  episodes, srv, _ = _external(["x"], crash)
+  try:
+    out = episodes(TASK, "crash-1", seed=0)
+    assert out.infra_error.startswith("harness crashed: RuntimeError: harness bug")
+    assert out.episode.finish_reason == "infra" and not out.passed
+    release = threading.Event()
+
+    def hang(url, runner, instr):
+      release.wait(timeout=120)
+
+    episodes.harness, episodes.harness_timeout_s = hang, 1.0
+    out = episodes(TASK, "hang-1", seed=0)
+    release.set()
+    assert out.infra_error == "harness timed out after 1 s" and out.reward == 0.0
+    assert out.episode.episode_id == "hang-1"
+    assert episodes.gateway.episode_ids == []  # every attempt's episode is closed: late calls 404
+  finally:
+    srv.close()
+
+
+def test_plain_openai_client_example_is_a_harness():
+  import importlib.util
+  import pathlib
+
+  path = pathlib.Path(__file__).parents[1] / "examples" / "openai_client_agent.py"
+  spec = importlib.util.spec_from_file_location("openai_client_agent", path)
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  shell = json.dumps({"name": "shell", "arguments": {"command": TASK.solution_script}})
+  actions = [f"<tool_call>{shell}</tool_call>", '<tool_call>{"name": "finish"}</tool_call>']
+  episodes, srv, policy = _external(
+    actions, lambda url, runner, instr: example.run(url, runner, instr, model="oracle")
+  )
+  try:
+    out = episodes(TASK, "plain-1", seed=0)
+  finally:
+    srv.close()
+  assert out.passed and out.harness_result == {"finished": True, "turns": 2}
+  assert len(out.episode.segments) == 1 and out.episode.generated_tokens == sum(
+    len(TOK.encode(a)) for a in actions
+  )

@@ -10,8 +10,7 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 SHAPE_FIELDS = (
-  "vocab_size d_model n_layers n_heads n_kv_heads head_dim d_ff rope_theta norm_eps "
-  "tie_embeddings"
+  "vocab_size d_model n_layers n_heads n_kv_heads head_dim d_ff rope_theta norm_eps tie_embeddings"
 ).split()
 
 

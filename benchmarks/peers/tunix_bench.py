@@ -83,7 +83,7 @@ def bench_sampler(args, shape):
   smp = sampler_lib.Sampler(model, IdTokenizer(), cache)
   for c in [int(x) for x in args.concurrency.split(",") if x]:
     batch = prompts(shape, c, args.prompt, c)
-    run = lambda: smp(  # noqa: E731
+    run = lambda batch=batch: smp(  # noqa: E731
       batch, max_generation_steps=args.new, max_prompt_length=args.prompt, temperature=0.0
     )
     out = run()  # compiles

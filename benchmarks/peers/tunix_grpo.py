@@ -74,7 +74,9 @@ def bench_grpo(args, shape, make_model, tokenizer_cls, prompts):
   for name in ("generate", "get_ref_per_token_logps", "update_actor", "sync_weights"):
     _timed(cluster, name, log)
   # an array, not a list: the learner repeats each leaf G times (a list makes strings leaves)
-  data = [{"prompts": np.array(prompts(shape, args.prompts, args.prompt, 100 + i))} for i in range(40)]
+  data = [
+    {"prompts": np.array(prompts(shape, args.prompts, args.prompt, 100 + i))} for i in range(40)
+  ]
   t0 = time.perf_counter()
   learner.train(data)
   t_end = time.perf_counter()

@@ -10,7 +10,11 @@ it reports (medians of --repeats runs, all in one process):
   *_cpu       the same ratio in process CPU time (steadier than wall time on a loaded machine)
   --speculative  batch-1 greedy speedup of speculative decoding over the plain engine, agreement
   --tiers        int8 weights, int8 KV cache, KV eviction: step time and logprob drift
+  --peers        the same requests through Tunix 0.1.7's Sampler (its own venv, see
+                 benchmarks/peers/) and transformers' generate, run right after ours in this
+                 invocation; prints engine / peer tokens/s per concurrency
 Run: python benchmarks/generate.py [--repeats=3] [--concurrency=1,8,32] [--speculative] [--tiers]
+     [--peers=tunix,transformers]
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from models import speculative as spec  # noqa: E402
 from models import transformer as tfm
 from models.attention import attend
 from models.engine import Engine, unstack_layers
+from models.engine import unembed as eng_unembed
 from models.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 
@@ -51,32 +56,35 @@ def model():
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "new"))
-def static_sampler(params, prompt_BT, *, cfg, new):
-  """Prefill a static batch into a dense cache, then greedy-decode with lax.while_loop."""
+def static_sampler(run_params, prompt_BT, *, cfg, new):
+  """Prefill a static batch into a dense cache, then greedy-decode with lax.while_loop.
+
+  run_params is the engine's run layout (`unstack_layers`: one weight tree per layer, an
+  untied [D, V] LM head), so both run the same weight layout; attention is dense over the
+  whole cache (masked by position) where the engine attends over its paged buckets.
+  """
   B, T = prompt_BT.shape
   max_len = T + new
   pos_BT = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
   cache_pos_BS = jnp.broadcast_to(jnp.arange(max_len, dtype=jnp.int32), (B, max_len))
 
   def layers(x, cache, pos_BT, write_at):
-    def body(carry, xs):
-      x, (kc, vc) = carry
-      lp, layer = xs
+    out = []
+    for lp, (kc, vc) in zip(run_params["layers"], cache, strict=True):  # unrolled, as the engine
       q, k, v = tfm.layer_qkv(lp, x, pos_BT, cfg)
-      kc = jax.lax.dynamic_update_slice(kc, k[None], (layer, 0, write_at, 0, 0))
-      vc = jax.lax.dynamic_update_slice(vc, v[None], (layer, 0, write_at, 0, 0))
-      attn = attend(q, kc[layer], vc[layer], q_pos_BT=pos_BT, k_pos_BS=cache_pos_BS, impl="naive")
+      kc = jax.lax.dynamic_update_slice(kc, k, (0, write_at, 0, 0))
+      vc = jax.lax.dynamic_update_slice(vc, v, (0, write_at, 0, 0))
+      attn = attend(q, kc, vc, q_pos_BT=pos_BT, k_pos_BS=cache_pos_BS, impl="naive")
       x, _ = tfm.layer_finish(lp, x, attn, cfg)
-      return (x, (kc, vc)), None
+      out.append((kc, vc))
+    return x, tuple(out)
 
-    xs = (params["layers"], jnp.arange(cfg.n_layers))
-    (x, cache), _ = jax.lax.scan(body, (x, cache), xs)
-    return x, cache
-
-  shape = (cfg.n_layers, B, max_len, cfg.n_kv_heads, cfg.head_dim)
-  cache = (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
-  x, cache = layers(tfm.embed(params, prompt_BT, cfg), cache, pos_BT, 0)
-  tok_B = jnp.argmax(tfm.unembed(params, x[:, -1:], cfg)[:, 0], axis=-1).astype(jnp.int32)
+  shape = (B, max_len, cfg.n_kv_heads, cfg.head_dim)
+  cache = tuple(
+    (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32)) for _ in range(cfg.n_layers)
+  )
+  x, cache = layers(tfm.embed(run_params, prompt_BT, cfg), cache, pos_BT, 0)
+  tok_B = jnp.argmax(eng_unembed(run_params, x[:, -1:], cfg)[:, 0], axis=-1).astype(jnp.int32)
   out_BN = jnp.zeros((B, new), jnp.int32).at[:, 0].set(tok_B)
 
   def cond(c):
@@ -85,9 +93,9 @@ def static_sampler(params, prompt_BT, *, cfg, new):
   def step(c):
     i, tok_B, cache, out_BN = c
     pos = T + i - 1
-    x = tfm.embed(params, tok_B[:, None], cfg)
+    x = tfm.embed(run_params, tok_B[:, None], cfg)
     x, cache = layers(x, cache, jnp.full((B, 1), pos, jnp.int32), pos)
-    tok_B = jnp.argmax(tfm.unembed(params, x, cfg)[:, 0], axis=-1).astype(jnp.int32)
+    tok_B = jnp.argmax(eng_unembed(run_params, x, cfg)[:, 0], axis=-1).astype(jnp.int32)
     return i + 1, tok_B, cache, out_BN.at[:, i].set(tok_B)
 
   return jax.lax.while_loop(cond, step, (jnp.int32(1), tok_B, cache, out_BN))[3]
@@ -153,8 +161,8 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
       state = eng.insert(prefix, state, np.arange(c)[rows], table[rows])
     return state.tokens_S
 
-  jp = jnp.asarray(prompts)
-  static = lambda: static_sampler(params, jp, cfg=cfg, new=NEW)
+  jp, run_params = jnp.asarray(prompts), unstack_layers(params)
+  static = lambda: static_sampler(run_params, jp, cfg=cfg, new=NEW)
   results, _, _, static_out = gen.generate(reqs), steps_alone(), prefills(), static()  # compile
   # Interleaved repeats: the shared machine's load drifts, so each ratio compares runs made
   # seconds apart and the medians of per-repeat figures are reported.
@@ -356,6 +364,37 @@ def bench_tiers(cfg, params, repeats, c=8, long_new=448):
   return rows
 
 
+def compare_peers(cfg, args, rows):
+  """Peers on the same shapes and requests, right after our rows: engine / peer tokens/s."""
+  import peers  # benchmarks/peers (this script's folder is on sys.path)
+
+  conc = ",".join(str(r["concurrency"]) for r in rows)
+  reps = args.peer_repeats or args.repeats
+  ours = {r["concurrency"]: r for r in rows}
+  out = []
+  for name in [p for p in args.peers.split(",") if p]:
+    if name == "tunix":
+      got = peers.tunix("sampler", cfg, concurrency=conc, repeats=reps, prompt=PROMPT, new=NEW)
+    elif name == "transformers":
+      got = peers.hf_generate(cfg, concurrency=conc, repeats=reps, prompt=PROMPT, new=NEW)
+    else:
+      raise SystemExit(f"generate.py: --peers: unknown peer {name!r} (tunix, transformers)")
+    for g in got:
+      mine = ours[g["concurrency"]]
+      out.append(
+        dict(
+          peer=name,
+          concurrency=g["concurrency"],
+          engine_tok_s=mine["engine_tok_s"],
+          peer_tok_s=g["tok_s"],
+          engine_vs_peer=mine["engine_tok_s"] / g["tok_s"],
+          load_avg_1min_ours=mine["load_avg_1min"],
+          load_avg_1min_peer=g["load_average"][0],
+        )
+      )
+  return out
+
+
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--repeats", type=int, default=3)
@@ -363,6 +402,8 @@ def main():
   ap.add_argument("--naive_tokens", type=int, default=16)
   ap.add_argument("--speculative", action="store_true")
   ap.add_argument("--tiers", action="store_true", help="int8 weights / int8 KV / KV eviction")
+  ap.add_argument("--peers", default="", help="comma list of tunix, transformers")
+  ap.add_argument("--peer_repeats", type=int, default=0, help="default: --repeats")
   args = ap.parse_args()
   cfg, params = model()
   print(f"model: {config.num_params(cfg) / 1e6:.1f}M params, devices {jax.devices()}")
@@ -372,6 +413,9 @@ def main():
     row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens)
     rows.append(row)
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+  if args.peers:
+    for row in compare_peers(cfg, args, rows):
+      print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
   if args.tiers:
     for row in bench_tiers(cfg, params, args.repeats):
       print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))

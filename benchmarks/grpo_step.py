@@ -1,6 +1,6 @@
-r"""Wall time of one full GRPO step: rollout + reference forward + update.
+r"""Wall time of one full GRPO step: rollout + reference forward + update + weight sync.
 
-  python benchmarks/grpo_step.py [--repeats=3] [--plain]
+  python benchmarks/grpo_step.py [--repeats=3] [--no_plain] [--peers=tunix]
 
 8 prompts x G=4 samples, prompt 64 tokens, 128 new tokens (no early stop), KL to the
 reference with beta=0.04 (k3), fp32, on `models.config.qwen3_20m()` (vocab 8192, width 512,
@@ -8,10 +8,12 @@ GQA 8/2). Rollout runs through the continuous-batching Generator (32 slots, page
 the reference log-probs come from the jitted `compute_logprobs` on the reference params (only
 at the loss tokens; they stay on the device); the update is the jitted, donated `train_step`
 (PPO-clip, token-mean, AdamW). Both run each prompt once for its G rows and the LM head only
-at the loss tokens (`rl.layout`; `--plain` turns both off for a baseline in the same run). Compilation is
-excluded (one warm-up step); the median of `--repeats` steps is reported.
-Reference (the closest JAX peer on this machine): 19 s (rollout 6.9, reference 2.5, update 10.2);
-target <= 11 s.
+at the loss tokens (`rl.layout`); the `plain` baseline (both off: LM head everywhere, no shared
+prompts) runs in the same invocation, its steps interleaved with ours. The step ends when the
+engine serves the new weights (`load_params`, timed as `sync_s`). Compilation is excluded (two
+warm-up steps each); medians of `--repeats` steps. `--peers=tunix` then runs Tunix 0.1.7's GRPO
+learner on an RLCluster on the same shapes and work (benchmarks/peers/tunix_grpo.py) and
+prints peer step / our step. Target: >= 1.75x Tunix's full step.
 """
 
 from __future__ import annotations
@@ -68,7 +70,9 @@ def one_step(gen, state, step_fn, ref_fn, rng, seed):
   state, metrics = step_fn(state, batch)
   jax.block_until_ready(metrics["loss"])
   t3, c3 = time.perf_counter(), time.process_time()
-  gen.load_params(state.params, seed)
+  gen.load_params(state.params, seed)  # the weight sync: the next rollout runs the new policy
+  jax.block_until_ready(gen.engine.params)  # an async per-layer copy lands in the next rollout
+  t4 = time.perf_counter()
   return (
     state,
     step_fn.plan(batch),
@@ -76,7 +80,8 @@ def one_step(gen, state, step_fn, ref_fn, rng, seed):
       "rollout_s": t1 - t0,
       "reference_s": t2 - t1,
       "update_s": t3 - t2,
-      "total_s": t3 - t0,
+      "sync_s": t4 - t3,
+      "total_s": t4 - t0,
       # CPU seconds of this process: less sensitive than wall time to other work on the machine.
       "reference_cpu_s": c2 - c1,
       "update_cpu_s": c3 - c2,
@@ -85,25 +90,20 @@ def one_step(gen, state, step_fn, ref_fn, rng, seed):
   )
 
 
-def main():
-  ap = argparse.ArgumentParser()
-  ap.add_argument("--repeats", type=int, default=3)
-  ap.add_argument("--plain", action="store_true", help="LM head everywhere, no shared prompts")
-  args = ap.parse_args()
-  cfg = mcfg.qwen3_20m()
+def build(cfg, plain: bool):
+  """(generator, train state, step fn, reference fn) for our layout or the plain baseline."""
   mesh = make_mesh(MeshConfig(fsdp=1), jax.devices()[:1])
   tc = TrainConfig(
     loss=LossConfig(kl="k3", kl_coef=0.04, compute_entropy=False),
     optim=OptimConfig(lr=1e-5),
     mesh=MeshConfig(fsdp=1),
-    logit_buckets=0 if args.plain else 4,
-    share_prefixes=not args.plain,
+    logit_buckets=0 if plain else 4,
+    share_prefixes=not plain,
   )
   state, shardings = create_train_state(cfg, tc, mesh, jax.random.key(0))
   engine = Engine(
     cfg, jax.device_get(state.params), max_concurrent_decodes=P * G, max_seq_len=PROMPT + NEW
   )
-  gen = Generator(engine)
   like = {
     k: np.zeros((P * G, PROMPT + NEW), np.int32)
     for k in ("tokens_BT", "positions_BT", "segment_ids_BT")
@@ -117,38 +117,62 @@ def main():
     group_ids_BS=np.zeros((P * G, 1), np.int32),
   )
   step_fn = make_train_step(cfg, tc, mesh, shardings, like)
-  ref_fn = make_compute_logprobs(cfg, tc, mesh, shardings.params, like, loss_only=not args.plain)
+  ref_fn = make_compute_logprobs(cfg, tc, mesh, shardings.params, like, loss_only=not plain)
+  return [Generator(engine), state, step_fn, ref_fn]
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--repeats", type=int, default=3)
+  ap.add_argument("--no_plain", action="store_true", help="skip the plain baseline")
+  ap.add_argument("--peers", default="", help="tunix: its GRPO learner, same shapes and work")
+  args = ap.parse_args()
+  cfg = mcfg.qwen3_20m()
+  kinds = {"ours": build(cfg, False)}
+  if not args.no_plain:
+    kinds["plain"] = build(cfg, True)
   rng = np.random.default_rng(0)
-  t = time.perf_counter()
-  state, _, _ = one_step(gen, state, step_fn, ref_fn, rng, 0)  # compiles everything
-  compile_s = time.perf_counter() - t
-  runs = []
-  for i in range(args.repeats):
-    state, layout, r = one_step(gen, state, step_fn, ref_fn, rng, i + 1)
-    runs.append(r)
-    print(json.dumps({k: round(v, 3) for k, v in r.items()}), flush=True)
-  gen.close()
-  med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-  print(
-    json.dumps(
-      {
-        "benchmark": "grpo_step",
-        "preset": "qwen3_20m",
-        "prompts": P,
-        "G": G,
-        "prompt_len": PROMPT,
-        "new_tokens": NEW,
-        "plain": args.plain,
-        "layout": layout._asdict(),  # the last step's rl.layout.Layout
-        "load_average": [round(x, 1) for x in os.getloadavg()],
-        "first_step_with_compile_s": round(compile_s, 1),
-        **{f"median_{k}": round(v, 3) for k, v in med.items()},
-        "peer_total_s": 19.0,
-        "target_total_s": 11.0,
-      },
-      indent=1,
-    )
-  )
+  compile_s, runs, layout = {}, {k: [] for k in kinds}, {}
+  for k, (gen, _, step_fn, ref_fn) in kinds.items():
+    t = time.perf_counter()
+    kinds[k][1], _, _ = one_step(gen, kinds[k][1], step_fn, ref_fn, rng, 0)  # compiles
+    compile_s[k] = time.perf_counter() - t
+    # a second untimed step: the first weight sync of device-resident params compiles the
+    # engine's per-layer copy, which otherwise lands in the first timed rollout
+    kinds[k][1], _, _ = one_step(gen, kinds[k][1], step_fn, ref_fn, rng, 1)
+  for i in range(args.repeats):  # interleaved: load drifts hit both alike
+    for k, (gen, state, step_fn, ref_fn) in kinds.items():
+      kinds[k][1], layout[k], r = one_step(gen, state, step_fn, ref_fn, rng, i + 2)
+      runs[k].append(r)
+      print(json.dumps({"kind": k, **{n: round(v, 3) for n, v in r.items()}}), flush=True)
+  for gen, *_ in kinds.values():
+    gen.close()
+  med = {k: {n: statistics.median(r[n] for r in v) for n in v[0]} for k, v in runs.items()}
+  out = {
+    "benchmark": "grpo_step",
+    "preset": "qwen3_20m",
+    "prompts": P,
+    "G": G,
+    "prompt_len": PROMPT,
+    "new_tokens": NEW,
+    "load_average": [round(x, 1) for x in os.getloadavg()],
+    "first_step_with_compile_s": {k: round(v, 1) for k, v in compile_s.items()},
+  }
+  for k in kinds:
+    out[k] = {
+      "layout": layout[k]._asdict(),
+      **{f"median_{n}": round(v, 3) for n, v in med[k].items()},
+    }
+  if "plain" in med:
+    out["plain_over_ours"] = round(med["plain"]["total_s"] / med["ours"]["total_s"], 3)
+  if "tunix" in args.peers.split(","):
+    import peers  # benchmarks/peers (this script's folder is on sys.path)
+
+    (t,) = peers.tunix("grpo", cfg, steps=args.repeats, prompts=P, G=G, prompt=PROMPT, new=NEW)
+    out["tunix"] = {n: v for n, v in t.items() if n.startswith("median_") or n == "load_average"}
+    out["tunix_over_ours"] = round(t["median_total_s"] / med["ours"]["total_s"], 3)
+    out["target_tunix_over_ours"] = 1.75
+  print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@ Timings are medians; grpo and ce alternate so machine load drifts affect both al
 CPU backend the ratio is also given by process CPU time, which other users' load inflates less.
 Targets: grpo/ce tokens/s >= 0.95; achieved/peak FLOP/s >= 0.65.
 
-FLOP count per step (only useful work, as benchmarks/forward.py):
-  6 * N_matmul * tokens + 6 * n_layers * n_heads * head_dim * T^2 * B (causal attention)
-with N_matmul = every weight used in a matmul (layer matrices + the LM head).
+FLOP count per step (the work each step runs, as benchmarks/forward.py):
+  6 * N_layers * B * T + 6 * V * D * B * N_head + 6 * n_layers * n_heads * head_dim * T^2 * B
+with N_layers = every layer weight used in a matmul and N_head = the positions the LM head
+runs at: the GRPO step's layout (`rl.layout`: the loss tokens, bucketed) or all T. The CE
+baseline runs twice: `ce` (LM head at every position) and `ce_loss_only` (the LM head at the
+GRPO step's loss positions only, the same work as GRPO's head), so GRPO/CE compares equal work.
 
   python benchmarks/train_step.py                      # B=32, T=192, fp32
   python benchmarks/train_step.py --dtype=bfloat16 --batch=64 --seq_len=512 --matmul_n=8192
@@ -62,18 +65,19 @@ def matmul_flops_per_s(n: int, dtype, steps: int) -> float:
   return 2 * n**3 / _median(times)
 
 
-def step_flops(cfg, batch: int, seq_len: int) -> float:
+def step_flops(cfg, batch: int, seq_len: int, head_positions: int | None = None) -> float:
+  """fwd+bwd FLOPs of one step whose LM head runs at `head_positions` per row (None: all)."""
   from models import transformer
 
   shapes = transformer.param_shapes(cfg)
-  n_matmul = sum(
+  n_layers = sum(
     math.prod(s)
     for name, s in shapes["layers"].items()
     if not name.endswith("norm") and not name.startswith("b")
   )
-  n_matmul += cfg.vocab_size * cfg.d_model  # LM head (tied or not)
+  head = cfg.vocab_size * cfg.d_model * batch * (head_positions or seq_len)
   attn = 6 * cfg.n_layers * cfg.n_heads * cfg.head_dim * seq_len**2 * batch
-  return 6 * n_matmul * batch * seq_len + attn
+  return 6 * n_layers * batch * seq_len + 6 * head + attn
 
 
 def make_batch(cfg, B: int, T: int, group: int = 8):
@@ -93,8 +97,12 @@ def make_batch(cfg, B: int, T: int, group: int = 8):
   }
 
 
-def make_ce_step(model_cfg, cfg, mesh, shardings, batch):
-  """The baseline: masked next-token cross-entropy, same optimizer/shardings/donation."""
+def make_ce_step(model_cfg, cfg, mesh, shardings, batch, n_logits=None):
+  """The baseline: masked next-token cross-entropy, same optimizer/shardings/donation.
+
+  n_logits: run the LM head only at the last n_logits - 1 .. T - 2 positions of each row
+  (the predecessors of the loss tokens, which `make_batch` puts at the end) instead of all T.
+  """
   import jax
   import jax.numpy as jnp
   import optax
@@ -107,6 +115,10 @@ def make_ce_step(model_cfg, cfg, mesh, shardings, batch):
   rules = merge_rules(overrides=cfg.rules)
   tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
 
+  B, T = batch["tokens_BT"].shape
+  n = n_logits or T
+  index_BN = jnp.broadcast_to(jnp.arange(T - n, T, dtype=jnp.int32) - 1, (B, n)).clip(0)
+
   def loss_fn(params, b):
     logits = transformer.apply(
       params,
@@ -114,10 +126,15 @@ def make_ce_step(model_cfg, cfg, mesh, shardings, batch):
       model_cfg,
       positions_BT=b["positions_BT"],
       segment_ids_BT=b["segment_ids_BT"],
-    )[:, :-1]
-    gold = jnp.take_along_axis(logits, b["tokens_BT"][:, 1:, None], axis=-1)[..., 0]
+      logit_index_BN=None if n_logits is None else index_BN,
+    )
+    if n_logits is None:  # position t predicts token t + 1
+      logits, gold_BN, mask = logits[:, :-1], b["tokens_BT"][:, 1:], b["loss_mask_BT"][:, 1:]
+    else:
+      gold_BN = b["tokens_BT"][:, T - n :]
+      mask = b["loss_mask_BT"][:, T - n :] * (index_BN < jnp.arange(T - n, T))
+    gold = jnp.take_along_axis(logits, gold_BN[..., None], axis=-1)[..., 0]
     nll = jax.nn.logsumexp(logits, axis=-1) - gold
-    mask = b["loss_mask_BT"][:, 1:]
     return jnp.sum(nll * mask) / jnp.sum(mask)
 
   def step(state, b):
@@ -158,33 +175,34 @@ def main(_):
   batch = make_batch(model_cfg, B, T)
   ce_batch = {k: batch[k] for k in ("tokens_BT", "positions_BT", "segment_ids_BT", "loss_mask_BT")}
   grpo_state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(0))
-  ce_state, _ = create_train_state(model_cfg, cfg, mesh, jax.random.key(0))
   grpo = make_train_step(model_cfg, cfg, mesh, shardings, batch)
-  ce = make_ce_step(model_cfg, cfg, mesh, shardings, ce_batch)
+  n_logits = grpo.plan(batch).n_logits  # the LM-head positions the GRPO step runs (None: all)
+  steps = {"grpo": grpo}
+  steps["ce"] = make_ce_step(model_cfg, cfg, mesh, shardings, ce_batch)
+  steps["ce_loss_only"] = make_ce_step(model_cfg, cfg, mesh, shardings, ce_batch, n_logits or T)
+  states = {k: create_train_state(model_cfg, cfg, mesh, jax.random.key(0))[0] for k in steps}
+  inputs = {"grpo": batch, "ce": ce_batch, "ce_loss_only": ce_batch}
+  head = {"grpo": n_logits or T, "ce": T, "ce_loss_only": n_logits or T}
 
   peak_dt = jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32
   peak = [matmul_flops_per_s(FLAGS.matmul_n, peak_dt, FLAGS.steps)]
-  t = time.perf_counter()
-  grpo_state, m = jax.block_until_ready(grpo(grpo_state, batch))
-  compile_grpo = time.perf_counter() - t
-  t = time.perf_counter()
-  ce_state, _ = jax.block_until_ready(ce(ce_state, ce_batch))
-  compile_ce = time.perf_counter() - t
-  t_grpo, t_ce, c_grpo, c_ce = [], [], [], []
-  for _ in range(FLAGS.steps):  # alternate, so load drifts hit both alike
-    t, c = time.perf_counter(), time.process_time()
-    grpo_state, m = jax.block_until_ready(grpo(grpo_state, batch))
-    t_grpo.append(time.perf_counter() - t)
-    c_grpo.append(time.process_time() - c)
-    t, c = time.perf_counter(), time.process_time()
-    ce_state, _ = jax.block_until_ready(ce(ce_state, ce_batch))
-    t_ce.append(time.perf_counter() - t)
-    c_ce.append(time.process_time() - c)
+  compile_s, wall, cpu, m = {}, {k: [] for k in steps}, {k: [] for k in steps}, None
+  for k, fn in steps.items():
+    t = time.perf_counter()
+    states[k], out = jax.block_until_ready(fn(states[k], inputs[k]))
+    compile_s[k] = time.perf_counter() - t
+  for _ in range(FLAGS.steps):  # alternate, so load drifts hit every kind alike
+    for k, fn in steps.items():
+      t, c = time.perf_counter(), time.process_time()
+      states[k], out = jax.block_until_ready(fn(states[k], inputs[k]))
+      wall[k].append(time.perf_counter() - t)
+      cpu[k].append(time.process_time() - c)
+      m = out if k == "grpo" else m
   peak.append(matmul_flops_per_s(FLAGS.matmul_n, peak_dt, FLAGS.steps))
   peak32 = matmul_flops_per_s(FLAGS.matmul_n, jnp.float32, FLAGS.steps)
 
-  sg, sc = _median(t_grpo), _median(t_ce)
-  flops = step_flops(model_cfg, B, T)
+  sec = {k: _median(v) for k, v in wall.items()}
+  flops = {k: step_flops(model_cfg, B, T, head[k]) for k in steps}
   best = max(peak)
   print(
     f"when: {time.strftime('%Y-%m-%d %H:%M:%S')}  load average: "
@@ -196,22 +214,28 @@ def main(_):
     f"{model_cfg.dtype} (fp32 master params), attention {model_cfg.attention}, remat "
     f"{model_cfg.remat}, micro-batches {cfg.micro_batches}, entropy metric {FLAGS.entropy}"
   )
-  print(f"compile: grpo {compile_grpo:.1f} s, ce {compile_ce:.1f} s (first call, incl. one step)")
-  print(f"grpo step: {sg * 1e3:.0f} ms, {B * T / sg:,.0f} tokens/s (all {B * T} tokens)")
-  print(f"ce step:   {sc * 1e3:.0f} ms, {B * T / sc:,.0f} tokens/s")
-  print(f"ratio grpo / ce tokens/s: {sc / sg:.3f}   (target >= 0.95)")
-  # On a shared machine wall time includes waiting for the CPU; process CPU time does not.
-  print(f"ratio by process CPU time (host backends): {_median(c_ce) / _median(c_grpo):.3f}")
+  print("compile (first call, incl. one step): " + ", ".join(
+    f"{k} {v:.1f} s" for k, v in compile_s.items()))  # fmt: skip
+  for k in steps:
+    print(
+      f"{k:>12} step: {sec[k] * 1e3:.0f} ms, {B * T / sec[k]:,.0f} tokens/s (all {B * T} "
+      f"tokens), LM head at {head[k]} of {T} positions, {flops[k] / 1e9:.1f} GFLOP/step, "
+      f"{flops[k] / sec[k] / 1e9:.1f} GFLOP/s = {flops[k] / sec[k] / best:.2f} of peak"
+    )
+  for base in ("ce_loss_only", "ce"):
+    # On a shared machine wall time includes waiting for the CPU; process CPU time does not.
+    print(
+      f"ratio grpo / {base} tokens/s: {sec[base] / sec['grpo']:.3f} (CPU time "
+      f"{_median(cpu[base]) / _median(cpu['grpo']):.3f})"
+      + ("   (target >= 0.95: equal work)" if base == "ce_loss_only" else "")
+    )
   print(
     f"matmul {FLAGS.matmul_n}^3 {jnp.dtype(peak_dt).name}: {peak[0] / 1e9:.1f} GFLOP/s before, "
-    f"{peak[1] / 1e9:.1f} after; f32 {peak32 / 1e9:.1f}"
+    f"{peak[1] / 1e9:.1f} after; f32 {peak32 / 1e9:.1f}; grpo achieved/peak "
+    f"{flops['grpo'] / sec['grpo'] / best:.2f}   (target >= 0.65)"
   )
   print(
-    f"achieved: grpo {flops / sg / 1e9:.1f} GFLOP/s ({flops / 1e9:.1f} GFLOP/step), "
-    f"ratio to peak {flops / sg / best:.2f}; ce {flops / sc / best:.2f}   (target >= 0.65)"
-  )
-  print(
-    f"grpo metrics after {int(grpo_state.step)} steps: loss {float(m['loss']):.4f}, "
+    f"grpo metrics after {int(states['grpo'].step)} steps: loss {float(m['loss']):.4f}, "
     f"entropy {float(m['entropy']) if 'entropy' in m else float('nan'):.3f}"
   )
 

@@ -256,7 +256,9 @@ def test_hot_swap_takes_effect_next_step_without_recompiling():
   with Generator(eng) as g:
     eng.load_params(PARAMS, version=2)
     fut = g.submit(GenerationRequest(prompt, 100, GREEDY))
-    while g.stats()["tokens_generated"] < 5:
+    deadline = time.monotonic() + 60
+    while g.stats()["tokens_generated"] < 5:  # swap mid-request, once decoding is under way
+      assert time.monotonic() < deadline and not fut.done(), g.stats()
       time.sleep(0.001)
     g.load_params(swapped, version=3)
     r = fut.result()

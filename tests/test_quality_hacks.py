@@ -64,7 +64,11 @@ def naive_junit(ts) -> bool:
   _tests_into_workspace(ts)
   ts.sandbox.exec(f"mkdir -p {NAIVE_LOGS}")
   _pytest(ts, f"--junitxml={NAIVE_LOGS}/junit.xml")
-  ts.sandbox.exec("sleep 0.3")
+  # a harness that waits (10 s at most) for the report to appear: pytest writes it before it
+  # exits, an agent's daemon (fake_passed) writes it a moment later
+  ts.sandbox.exec(
+    f"for i in $(seq 200); do [ -s {NAIVE_LOGS}/junit.xml ] && exit 0; sleep 0.05; done; exit 1"
+  )
   cases = parse_junit(ts.sandbox.read_file(f"{NAIVE_LOGS}/junit.xml"))
   return bool(cases) and all(c.outcome == "passed" for c in cases)
 

@@ -41,14 +41,16 @@ class Box:
 
 
 class PreparedEpisodes:
-  """prepare() sleeps `slow[task]` seconds (or raises for `broken` tasks); episodes record
+  """prepare() sleeps `slow[task]` seconds, waits for `release` for `held` tasks (or raises
+  for `broken` ones); episodes record
   which prepared box they got; reward = sample parity (every group has variance)."""
 
-  def __init__(self, slow=None, broken=()):
-    self.slow, self.broken = slow or {}, set(broken)
+  def __init__(self, slow=None, broken=(), held=()):
+    self.slow, self.broken, self.held = slow or {}, set(broken), set(held)
+    self.release = threading.Event()
     self.lock = threading.Lock()
     self.boxes, self.used, self.prepares, self.calls = [], [], [], []
-    self.preparing = self.max_preparing = 0
+    self.preparing = self.max_preparing = self.failed = 0
     self.version = 0  # the policy version the episodes' tokens carry
 
   def prepare(self, task):
@@ -58,7 +60,11 @@ class PreparedEpisodes:
       self.max_preparing = max(self.max_preparing, self.preparing)
     try:
       time.sleep(self.slow.get(task.id, 0.0))
+      if task.id in self.held:
+        self.release.wait(30)
       if task.id in self.broken and self.prepares.count(task.id) <= 2:
+        with self.lock:
+          self.failed += 1
         raise SandboxError("image pull failed")
       box = Box(task.id)
       with self.lock:
@@ -95,26 +101,44 @@ def _manager(tmp_path, eps, staleness, prefetch, batch=2):
   return m, buf
 
 
-def _no_leaks(eps):
-  time.sleep(0.5)  # preparations still running at stop close their own box when done
-  assert all(b.closed for b in eps.boxes)
+def _first_batch(m, buf):
+  m.start()
+  try:
+    return buf.get_batch(timeout=30)
+  finally:
+    m.stop()
+
+
+def _no_leaks(eps, timeout=20.0):
+  # preparations still running at stop close their own box when done: wait for every one
+  # to finish and every box to close, failing loudly at the deadline
+  deadline = time.monotonic() + timeout
+  while True:
+    with eps.lock:
+      done = eps.preparing == 0 and all(b.closed for b in eps.boxes)
+      open_ids = [b.task_id for b in eps.boxes if not b.closed]
+    if done:
+      break
+    assert time.monotonic() < deadline, f"prepared boxes never closed: {open_ids}"
+    time.sleep(0.02)
+  assert eps.boxes, "nothing was prepared: the leak check would test nothing"
+  assert len(eps.prepares) == len(eps.boxes) + eps.failed  # every set-up ended in a box
   assert len({id(b) for b in eps.used}) == len(eps.used)  # each box used at most once
 
 
 def test_async_admits_the_first_ready_group_and_set_up_is_bounded(tmp_path):
-  eps = PreparedEpisodes(slow={"t0": 3.0})
+  eps = PreparedEpisodes(held={"t0"})  # group 0's set-up does not end until released
   m, buf = _manager(tmp_path, eps, staleness=1, prefetch=4)
   m.start()
   try:
-    t0 = time.monotonic()
     batch = buf.get_batch(timeout=30)
-    waited = time.monotonic() - t0
     snap = m.snapshot()
+    # group 0's unfinished set-up held no admission slot: a batch came without it
+    assert not any(b.task_id == "t0" for b in eps.boxes)
   finally:
+    eps.release.set()
     m.stop()
-  # group 0's slow set-up holds no admission slot: later groups went first
   assert 0 not in [g.group_id for g in batch]
-  assert waited < 3.0
   assert "0" in snap["inflight"]  # prefetched (or running): re-issued after a resume
   assert eps.max_preparing <= 4 * 2  # prefetch_groups * group_size sandboxes at most
   assert all(p is not None for _, p in eps.calls)  # every first attempt used a prepared box
@@ -124,11 +148,7 @@ def test_async_admits_the_first_ready_group_and_set_up_is_bounded(tmp_path):
 def test_sync_admits_in_issue_order(tmp_path):
   eps = PreparedEpisodes(slow={"t0": 1.0})
   m, buf = _manager(tmp_path, eps, staleness=0, prefetch=3)
-  m.start()
-  try:
-    batch = buf.get_batch(timeout=30)
-  finally:
-    m.stop()
+  batch = _first_batch(m, buf)
   assert [g.group_id for g in batch] == [0, 1]  # the same groups as without prefetch
   _no_leaks(eps)
 
@@ -136,11 +156,7 @@ def test_sync_admits_in_issue_order(tmp_path):
 def test_failed_set_up_is_an_infra_error_of_the_first_attempt(tmp_path):
   eps = PreparedEpisodes(broken={"t0"})
   m, buf = _manager(tmp_path, eps, staleness=0, prefetch=2)
-  m.start()
-  try:
-    batch = buf.get_batch(timeout=30)
-  finally:
-    m.stop()
+  batch = _first_batch(m, buf)
   assert [g.group_id for g in batch] == [0, 1]
   t0_calls = [(tid, p) for tid, p in eps.calls if tid.startswith("g0000000")]
   # first attempts got the set-up error; the retries set up their own sandbox (prepared=None)
@@ -161,11 +177,7 @@ def test_prefetch_is_off_without_prepare(tmp_path):
 
   m, buf = _manager(tmp_path, run_episode, staleness=0, prefetch=4)
   assert m.prefetch == 0
-  m.start()
-  try:
-    assert [g.group_id for g in buf.get_batch(timeout=30)] == [0, 1]
-  finally:
-    m.stop()
+  assert [g.group_id for g in _first_batch(m, buf)] == [0, 1]
 
 
 def test_a_prefetched_bwrap_sandbox_runs_its_episode():

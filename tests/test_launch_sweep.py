@@ -1,0 +1,110 @@
+"""A real `launch.sweep` of two tiny toy runs (2 at once), then the same sweep again.
+
+One sweep covers several README features through the real entry points (subprocesses,
+bwrap sandboxes, orbax, tensorboardX): results.csv / .md / .png, --parallel, finished runs
+skipped on a second sweep, loop.updates_per_batch through the host loop (the grid: with a
+linear lr warmup, the logged lr counts optimizer steps), loop.replay_groups (the replay
+buffer, in the checkpoint's host state, holds the trained groups with reward variance), and TensorBoard event files holding the same
+scalars as metrics.jsonl.
+"""
+
+import csv
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+
+import numpy as np
+from tensorboardX.proto import event_pb2
+
+from rl.trajectory_store import TrajectoryStore
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SETS = {
+  "loop.steps": 2,
+  "loop.batch_groups": 2,
+  "loop.checkpoint_every": 1,
+  "loop.replay_groups": 2,
+  "rollout.group_size": 2,
+  "sft.steps": 2,
+  "sft.demos": 2,
+  "sft.batch_size": 2,
+  "train.optim.warmup_steps": 8,  # lr = step / 8 * lr: the lr tells how many updates ran
+}
+
+
+def _sweep(workdir):
+  cmd = [sys.executable, "-m", "launch.sweep", "--config=configs/toy.py", f"--workdir={workdir}"]
+  cmd += ["--grid=loop.updates_per_batch=1,2", "--parallel=2"]
+  cmd += [f"--set={k}={v}" for k, v in SETS.items()]
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  env.pop("XLA_FLAGS", None)  # one CPU device, like a user's run
+  return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+
+
+def _tb_scalars(run: pathlib.Path) -> dict[tuple[int, str], float]:
+  """Every scalar of the run's TFRecord event files (8-byte length, 4-byte crc, data, crc)."""
+  out = {}
+  for f in (run / "tb").glob("events.out.tfevents.*"):
+    data, i = f.read_bytes(), 0
+    while i < len(data):
+      (n,) = struct.unpack("<Q", data[i : i + 8])
+      ev = event_pb2.Event.FromString(data[i + 12 : i + 12 + n])
+      i += 12 + n + 4
+      for v in ev.summary.value:
+        out[ev.step, v.tag] = v.simple_value
+  return out
+
+
+def _cols(store):
+  t = store.read_batches()
+  return t.column("group_id").to_pylist(), t.column("replayed").to_pylist()
+
+
+def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
+  p = _sweep(tmp_path)
+  assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+  runs = {r: tmp_path / r for r in ("updates_per_batch=1", "updates_per_batch=2")}
+  with open(tmp_path / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [r["run"] for r in rows] == list(runs)
+  assert all(r["returncode"] == "0" for r in rows), rows
+  md = (tmp_path / "results.md").read_text()
+  assert all(name in md for name in runs)
+  assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert p.stdout.count("[sweep]") >= 4  # two starts, two exits: both ran (2 at once)
+
+  lr, metrics = {}, {}
+  for name, run in runs.items():
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    metrics[name] = [r for r in recs if "train/lr" in r]
+    lr[name] = [r["train/lr"] for r in metrics[name]]
+  # train/lr is the lr of each batch's last update: lr * (optimizer steps before it) / 8, and
+  # updates_per_batch=2 runs two optimizer steps per batch
+  for name, steps_before in (("updates_per_batch=1", [0, 1]), ("updates_per_batch=2", [1, 3])):
+    np.testing.assert_allclose(lr[name], [5e-4 * n / 8 for n in steps_before], rtol=1e-6)
+
+  # TensorBoard holds the scalars metrics.jsonl has (same steps, same values)
+  run = runs["updates_per_batch=2"]
+  tb = _tb_scalars(run)
+  for r in metrics["updates_per_batch=2"]:
+    assert abs(tb[r["step"], "train/lr"] - r["train/lr"]) <= 1e-6 * abs(r["train/lr"])
+
+  # the replay buffer is saved with the host state: exactly the trained groups whose rewards
+  # vary (at this size and training the policy seldom passes, so it is often empty)
+  hosts = sorted((run / "checkpoints").glob("*/host/metadata"))
+  assert hosts, list((run / "checkpoints").rglob("*"))[:20]
+  host = json.loads(hosts[-1].read_text())
+  store = TrajectoryStore(run)
+  trained = {g for g, rep in zip(*_cols(store), strict=True) if not rep}
+  varied = {g for g in trained if len({r["reward"] for r in store.read_group(g)}) > 1}
+  assert sorted(g["group_id"] for g in host["replay"]) == sorted(varied)
+
+  # a second sweep finds both runs finished and runs nothing
+  before = {n: (r / "summary.json").stat().st_mtime for n, r in runs.items()}
+  again = _sweep(tmp_path)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert "[sweep]" not in again.stdout
+  assert {n: (r / "summary.json").stat().st_mtime for n, r in runs.items()} == before

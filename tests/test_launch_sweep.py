@@ -19,7 +19,7 @@ import sys
 import numpy as np
 from tensorboardX.proto import event_pb2
 
-from rl.trajectory_store import TrajectoryStore
+from rl.runtime.trajectory_store import TrajectoryStore
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SETS = {

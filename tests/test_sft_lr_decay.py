@@ -10,8 +10,9 @@ import numpy as np
 from configs import toy
 from models import transformer
 from parallel.mesh import MeshConfig, make_mesh
-from rl import experiment
-from rl.config import OptimConfig
+from rl import warm_start
+from rl.config import OptimConfig, to_experiment
+from rl.runtime import multihost
 from rl.train_state import lr_schedule
 
 
@@ -31,7 +32,7 @@ def _warm_start(ratio: float, steps: int):
   c = toy.get_config()
   c.sft.steps, c.sft.batch_size, c.sft.warmup_steps, c.sft.log_every = steps, 2, 0, 100
   c.sft.end_lr_ratio = ratio
-  exp = experiment.to_experiment(c)
+  exp = to_experiment(c)
   exp = dataclasses.replace(exp, train=dataclasses.replace(exp.train, mesh=MeshConfig(fsdp=1)))
   mesh = make_mesh(MeshConfig(fsdp=1), jax.devices()[:1])
   params = transformer.init(exp.model, jax.random.key(0))
@@ -42,7 +43,7 @@ def _warm_start(ratio: float, steps: int):
     demos.append(
       dict(tokens=toks, loss_mask=[0] * 8 + [1] * 16, behaviour_logprobs=[0.0] * 24, reward=1.0)
     )
-  state = experiment.warm_start(exp, exp.model, mesh, params, demos, None, 0)
+  state = warm_start.warm_start(exp, exp.model, mesh, params, demos, None, 0, multihost.Local())
   return jax.tree.leaves(state.params)
 
 

@@ -16,8 +16,9 @@ import threading
 import time
 import uuid
 
-from envs.gateway import chat as chat_lib
-from envs.gateway import protocol, scoring
+import envs.gateway.chat as chat_lib
+import envs.gateway.protocol as protocol
+import envs.gateway.scoring as scoring
 from envs.gateway.capture import Call, EpisodeCapture
 from envs.tool_format import TOOL_CALL_CLOSE
 from models.generator import GenerationRequest

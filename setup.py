@@ -13,8 +13,8 @@ def _requirements():
 
 
 _EXTRAS = {
-  # Parity tests only: logits are checked against the reference implementation.
-  "test": ["torch==2.13.0", "transformers==5.24.0"],
+  # Parity tests only: logits are checked against the reference implementations (PEFT: LoRA).
+  "test": ["torch==2.13.0", "transformers==5.24.0", "peft==0.21.2"],
   "jetstream": ["google-jetstream==0.2.2"],
   "ray": ["ray==2.60.0"],
 }

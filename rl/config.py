@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from models.lora import LoraConfig
 from parallel.mesh import MeshConfig
 
 
@@ -81,3 +82,4 @@ class TrainConfig:
   micro_batches: int = 1  # gradient accumulation steps per update (rows split evenly)
   logit_buckets: int = 4  # LM head only at loss tokens, in <= this many static lengths; 0: all
   share_prefixes: bool = True  # rows of a group sharing a prompt run it once (rl/layout.py)
+  lora: LoraConfig = LoraConfig()  # rank > 0: train adapters only, the base stays frozen

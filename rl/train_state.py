@@ -7,7 +7,7 @@ AdamW moments stay fp32.
 With LoRA (TrainConfig.lora.rank > 0) `params` are the adapters (models.lora), the only
 trainable part, and `frozen` the base weights; the reference policy is the base itself, so no
 copy is kept. `model_params` gives what the forward applies (factorised adapters) and
-`engine_params` the merged weights the engine loads at each weight sync.
+`policy_params` the merged weights the engine loads at each weight sync.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def reference_params(state: TrainState, cfg: TrainConfig):
   return state.frozen if cfg.lora.enabled else state.ref_params
 
 
-def engine_params(state: TrainState, cfg: TrainConfig):
+def policy_params(state: TrainState, cfg: TrainConfig):
   """Plain params for the engine and for export: base + merged adapters under LoRA."""
   return lora.merge(state.frozen, state.params, cfg.lora) if cfg.lora.enabled else state.params
 

@@ -13,7 +13,7 @@ from models.config import tiny
 from parallel.mesh import MeshConfig, make_mesh, single_device_mesh
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.packing import pack
-from rl.train_state import create_train_state, engine_params
+from rl.train_state import create_train_state, policy_params
 from rl.train_step import compute_grads, make_train_step
 
 DENSE = tiny("qwen3", vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
@@ -62,7 +62,7 @@ def test_state_holds_frozen_base_and_adapters():
   n_adapter = sum(x.size for x in jax.tree.leaves(state.params))
   assert sum(x.size for x in jax.tree.leaves(state.opt_state) if x.ndim) == 2 * n_adapter
   # B = 0 at the start: the engine's merged weights are the base's.
-  for a, b in zip(jax.tree.leaves(engine_params(state, CFG)), jax.tree.leaves(base), strict=True):
+  for a, b in zip(jax.tree.leaves(policy_params(state, CFG)), jax.tree.leaves(base), strict=True):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -116,7 +116,7 @@ def test_lora_step_sharded_equals_single_device_and_moves_only_adapters():
     assert np.all(np.asarray(state.params[leaf]["b"]) != 0), leaf
   # Step 1 runs at B = 0 (policy == base == reference), so its KL is exactly 0; step 2's is not.
   assert float(m[0]["kl"]) == 0.0 and float(m[1]["kl"]) > 0
-  merged = engine_params(state, cfg8)
+  merged = policy_params(state, cfg8)
   tokens = jnp.asarray(batch["tokens_BT"][:2])
   got = transformer.apply(jax.device_get(merged), tokens, DENSE)
   want = lora.apply(jax.device_get(state.frozen), jax.device_get(state.params), tokens, DENSE, LORA)

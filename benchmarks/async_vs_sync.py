@@ -30,11 +30,13 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 from configs import toy  # noqa: E402
-from rl import experiment
-from rl.telemetry import read_metrics
+from rl import config as rl_config
+from rl.runtime import run as rl_run
+from rl.runtime import task_sources
+from rl.runtime.telemetry import read_metrics
 
 
-class HeavyTailTasks(experiment.ProceduralTasks):
+class HeavyTailTasks(task_sources.ProceduralTasks):
   """echo_word tasks whose set-up sleeps base_s, or slow_factor * base_s for a seeded few."""
 
   def __init__(self, *a, base_s: float, slow_frac: float, slow_factor: float, phase: str, **kw):
@@ -78,19 +80,19 @@ def base_config(args):
 
 
 def warm_start_checkpoint(args, root: pathlib.Path) -> str:
-  """SFT once through experiment.run (0 RL steps) and save the policy as an HF checkpoint."""
+  """SFT once through rl_run.run (0 RL steps) and save the policy as an HF checkpoint."""
   from models import hf
 
   c = base_config(args)
   c.loop.steps = 0
   c.sft.steps = args.sft_steps
-  exp = experiment.to_experiment(c)
+  exp = rl_config.to_experiment(c)
   wd = root / "warm_start"
-  experiment.run(
+  rl_run.run(
     exp,
     str(wd),
     task_source=lambda w, ev: (
-      experiment.ProceduralTasks(
+      task_sources.ProceduralTasks(
         "echo_word", exp.loop.seed, w, on_event=ev, pool_size=exp.env.train_pool_size
       ),
       [],
@@ -98,10 +100,10 @@ def warm_start_checkpoint(args, root: pathlib.Path) -> str:
   )
   import jax
 
-  from rl.checkpoint import Checkpointer
+  from rl.runtime.checkpoint import Checkpointer
   from rl.train_state import create_train_state
 
-  mesh = experiment._mesh(exp)
+  mesh = rl_run.training_mesh(exp)
   state, _ = create_train_state(exp.model, exp.train, mesh, jax.random.key(0))
   ck = Checkpointer(wd / "checkpoints")
   state, _ = ck.restore(state)
@@ -115,7 +117,7 @@ def run_mode(args, root, policy: str, mode: str) -> dict:
   c.loop.mode = mode
   c.sft.steps = 0
   c.checkpoint = policy
-  exp = experiment.to_experiment(c)
+  exp = rl_config.to_experiment(c)
   wd = root / mode
   src = lambda w, ev: (
     HeavyTailTasks(
@@ -132,7 +134,7 @@ def run_mode(args, root, policy: str, mode: str) -> dict:
     [],
   )
   t0 = time.monotonic()
-  experiment.run(exp, str(wd), task_source=src)
+  rl_run.run(exp, str(wd), task_source=src)
   wall = time.monotonic() - t0
   recs = [r for r in read_metrics(wd) if "time/step_s" in r]
   # steady state: not the first two steps, nor a step that compiled a new batch layout (a few

@@ -2,7 +2,9 @@
 
 Per backend: create + exec(`true`) + close latency (p50, p99) over sequential cycles;
 sandboxes/s at concurrency 1 and 8 (each sandbox: create, exec `true`, close); snapshot +
-restore of a 10 MB workspace (p50). Then the bwrap/docker ratios. Targets (2-core machine):
+restore of a 10 MB workspace (p50); each in both sandbox modes (`--modes`: container,
+readonly). Then the bwrap/docker ratios and, per backend, container/readonly (the new mode's
+cost against the old one, measured in the same run). Targets (2-core machine):
 bwrap p50 <= 30 ms and >= 40 sandboxes/s at concurrency 8; docker p50 <= 600 ms; bwrap
 snapshot+restore <= 100 ms. Reference points: E2B create+exec+close p50 442 ms, Daytona 663 ms.
 
@@ -25,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from absl import app, flags
 
 flags.DEFINE_list("backends", ["bwrap", "docker"], "backends to measure")
+flags.DEFINE_list("modes", ["container", "readonly"], "SandboxSpec.mode values to measure")
 flags.DEFINE_integer("cycles", 50, "sequential create+exec+close cycles (latency, conc. 1)")
 flags.DEFINE_integer("conc_cycles", 48, "sandboxes made at concurrency 8")
 flags.DEFINE_integer("snapshots", 10, "snapshot+restore repetitions")
@@ -38,6 +41,9 @@ TARGETS = {
 }
 
 
+_MODE = ["container"]  # the mode being measured
+
+
 def _pct(xs: list[float], q: float) -> float:
   xs = sorted(xs)
   return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -47,7 +53,7 @@ def _cycle(backend: str) -> float:
   from envs import sandbox
 
   t = time.perf_counter()
-  with sandbox.make(backend, sandbox.SandboxSpec()) as sb:
+  with sandbox.make(backend, sandbox.SandboxSpec(mode=_MODE[0])) as sb:
     r = sb.exec("true")
   assert r.exit_code == 0, r
   return time.perf_counter() - t
@@ -63,7 +69,7 @@ def _throughput(backend: str, n: int, workers: int) -> float:
 def _snapshot_restore(backend: str, reps: int) -> float:
   from envs import sandbox
 
-  with sandbox.make(backend, sandbox.SandboxSpec()) as sb:
+  with sandbox.make(backend, sandbox.SandboxSpec(mode=_MODE[0])) as sb:
     for i in range(10):
       sb.write_file(f"data/f{i}.bin", os.urandom(1 << 20))
     times = []
@@ -128,30 +134,42 @@ def main(argv):
       if why := _available(b):
         print(f"{b}: skipped ({why})")
         continue
-      res[b] = measure(b, meter)
+      for m in FLAGS.modes:
+        _MODE[0] = m
+        res[f"{b}/{m}"] = measure(b, meter)
   finally:
     meter.close()
   load = os.getloadavg()
   print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
-  head = f"{'backend':8} {'p50 ms':>8} {'p99 ms':>8} {'c1 /s':>7} {'c8 /s':>7} {'snap+rst ms':>12}"
+  head = (
+    f"{'backend/mode':18} {'p50 ms':>8} {'p99 ms':>8} {'c1 /s':>7} {'c8 /s':>7} {'snap+rst ms':>12}"
+  )
   print(head + "  cpu ms/cycle (excl. daemons)")
   for b, r in res.items():
     print(
-      f"{b:8} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['conc1_per_s']:7.1f} "
+      f"{b:18} {r['p50_ms']:8.1f} {r['p99_ms']:8.1f} {r['conc1_per_s']:7.1f} "
       f"{r['conc8_per_s']:7.1f} {r['snap_ms']:12.1f}  {r['cpu_ms']:.1f}"
     )
-    for k, target in TARGETS.get(b, {}).items():
+    for k, target in TARGETS.get(b.split("/")[0], {}).items():
       ok = r[k] <= target if k.endswith("_ms") else r[k] >= target
       print(
         f"  target {k} {'<=' if k.endswith('_ms') else '>='} {target:g}: {r[k]:.1f} {'met' if ok else 'MISSED'}"
       )
-  if "bwrap" in res and "docker" in res:
-    d, w = res["docker"], res["bwrap"]
-    print(
-      f"docker/bwrap: latency p50 x{d['p50_ms'] / w['p50_ms']:.1f}, "
-      f"throughput c8 x{w['conc8_per_s'] / d['conc8_per_s']:.1f} for bwrap, "
-      f"snapshot+restore x{d['snap_ms'] / w['snap_ms']:.1f}"
-    )
+  for m in FLAGS.modes:
+    if f"bwrap/{m}" in res and f"docker/{m}" in res:
+      d, w = res[f"docker/{m}"], res[f"bwrap/{m}"]
+      print(
+        f"{m}: docker/bwrap latency p50 x{d['p50_ms'] / w['p50_ms']:.1f}, "
+        f"throughput c8 x{w['conc8_per_s'] / d['conc8_per_s']:.1f} for bwrap, "
+        f"snapshot+restore x{d['snap_ms'] / w['snap_ms']:.1f}"
+      )
+  for b in FLAGS.backends:
+    if f"{b}/container" in res and f"{b}/readonly" in res:
+      c, r = res[f"{b}/container"], res[f"{b}/readonly"]
+      print(
+        f"{b}: container/readonly latency p50 x{c['p50_ms'] / r['p50_ms']:.2f}, "
+        f"snapshot+restore x{c['snap_ms'] / r['snap_ms']:.2f}"
+      )
   if FLAGS.json:
     pathlib.Path(FLAGS.json).write_text(json.dumps({"load": load, "results": res}, indent=1))
 

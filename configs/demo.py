@@ -22,7 +22,7 @@ import dataclasses
 
 import ml_collections
 
-from rl.experiment import Experiment
+from rl.config import Experiment
 
 
 def get_config() -> ml_collections.ConfigDict:

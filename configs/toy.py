@@ -14,7 +14,7 @@ Every field the run relies on is set here (nothing is inherited from configs/dem
 Why these settings: GRPO on a sharp warm start barely moves it -- with Adam, the big gradients
 of a failed sample's improbable tokens set the step size and the successes' share of it is
 small; a larger learning rate then breaks the policy in one update. Weighting negative
-advantages by 0.1 (loop.negative_advantage_weight) makes each update mostly reinforce the
+advantages by 0.1 (train.loss.negative_advantage_weight) makes each update mostly reinforce the
 successes; four tasks need conditioning on the instruction, which this tiny model does not
 learn from RL within a CI budget, so the pool holds one. Dynamic sampling is off, so the batch
 pass rate is the policy's own pass rate (tests/test_loop_toy.py asserts that it rises).
@@ -24,7 +24,7 @@ import dataclasses
 
 import ml_collections
 
-from rl.experiment import Experiment
+from rl.config import Experiment
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -81,13 +81,13 @@ def get_config() -> ml_collections.ConfigDict:
   lp.keep_checkpoints = 3
   lp.seed = 0
   lp.replay_groups = 0
-  lp.negative_advantage_weight = 0.1  # see the docstring
 
   t = c.train
   t.mesh.fsdp = 1
   t.micro_batches = 1
   t.loss.advantage = "grpo"
   t.loss.policy_loss = "ppo"
+  t.loss.negative_advantage_weight = 0.1  # see the docstring
   t.loss.kl = "none"
   t.loss.aggregation = "token-mean"
   t.loss.decoupled = False

@@ -24,23 +24,27 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import pathlib
-import re
-import shlex
 import time
+import types
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
 
-from envs.milestones import CheckingPolicy, CheckingSandbox, Monitor
+from envs.milestones import CheckingPolicy, Monitor
 from envs.sandbox.base import SandboxError
-from envs.scripted_agent import AgentRun, ScriptedAgent, load_commands
+from envs.scripted_agent import (
+  OUT_CHARS,
+  AgentRun,
+  NullAgent,
+  OracleAgent,
+  ScriptedAgent,
+  load_commands,
+)
 from envs.task import Task
-from envs.task_env import TaskSandbox, TaskSetupError, open_task_sandbox, put_files
+from envs.task_env import TaskSetupError, open_task_sandbox
 from envs.verifier import MASKED_MODES, GradeResult, Verifier, VerifierConfig, masked_result
 
 AGENTS = ("policy", "oracle", "null", "scripted")
-_OUT_CHARS = 2000  # per-turn output kept in the trajectory
-_STEP_RE = re.compile(r"^steps/[^/]+\.sh$")
 _POLICY_TURN_KEYS = ("action", "tool", "command", "error", "exit_code", "gen_tokens")
 
 
@@ -63,84 +67,7 @@ class EvalConfig:
       raise ValueError(f"EvalConfig.retries must be >= 0, got {self.retries}")
 
 
-@dataclasses.dataclass
-class AgentOutcome:
-  """What an agent did in one episode."""
-
-  turns: list[dict]  # {"action", "tool", "exit_code", "output", ...} per turn
-  # finish | script_end | max_turns | token_budget | time_budget | context | infra
-  finish_reason: str
-  timed_out: bool = False
-  tokens: int = 0
-  infra_error: str | None = None
-
-
 # ---------------------------------------------------------------- agents
-
-
-def _tail(text: str) -> str:
-  return text if len(text) <= _OUT_CHARS else "[...]" + text[-_OUT_CHARS:]
-
-
-def _run_to_turns(run: AgentRun) -> list[dict]:
-  return [
-    {
-      "action": s.command,
-      "tool": "shell",
-      "exit_code": s.result.exit_code,
-      "timed_out": s.result.timed_out,
-      "output": _tail(s.result.stdout + ("\n" + s.result.stderr if s.result.stderr else "")),
-    }
-    for s in run.steps
-  ]
-
-
-class NullAgent:
-  name = "null"
-
-  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
-    return AgentOutcome([], "finish")
-
-
-class CommandAgent:
-  """Replays commands (one turn each) with envs.scripted_agent.ScriptedAgent."""
-
-  def __init__(self, commands_for: Callable[[Task], list[str]], name: str = "scripted"):
-    self.commands_for, self.name = commands_for, name
-
-  def _replay(self, ts: TaskSandbox, monitor: Monitor, commands: list[str]) -> AgentOutcome:
-    box = CheckingSandbox(ts.sandbox, monitor)
-    run = ScriptedAgent(commands, name=self.name).run(box, ts.task)
-    return AgentOutcome(_run_to_turns(run), "script_end", run.timed_out)
-
-  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
-    return self._replay(ts, monitor, self.commands_for(ts.task))
-
-
-def solution_steps(task: Task) -> list[str]:
-  """Paths of the task's per-turn solution steps (solution/steps/*.sh), sorted; may be empty."""
-  return sorted(f.path for f in task.solution_files if _STEP_RE.match(f.path))
-
-
-class OracleAgent(CommandAgent):
-  """The reference solution, staged outside the workspace, one turn per step file."""
-
-  def __init__(self):
-    super().__init__(lambda task: [], "oracle")
-
-  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
-    from envs.task import FileEntry
-
-    task = ts.task
-    stage = f"/tmp/.agentrl-oracle-{uuid.uuid4().hex[:12]}"
-    files = task.solution_files + (FileEntry("solve.sh", task.solution_script.encode(), 0o755),)
-    put_files(ts.sandbox, stage, files)
-    steps = solution_steps(task) or ["solve.sh"]
-    cmds = [f"SOLUTION_DIR={stage} bash {shlex.quote(f'{stage}/{s}')}" for s in steps]
-    try:
-      return self._replay(ts, monitor, cmds)
-    finally:
-      ts.sandbox.exec(f"rm -rf {stage}", timeout_s=30)
 
 
 class PolicyAgent:
@@ -150,23 +77,26 @@ class PolicyAgent:
 
   def __init__(self, policy, tokenizer, agent_cfg=None, system_prompt: str | None = None):
     from envs import agent as agent_lib  # jax-backed; imported only when a model is evaluated
+    from envs import tool_format
 
     self.policy = policy
     self.agent_cfg = agent_cfg or agent_lib.AgentConfig()
-    prompt = agent_lib.DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
-    self.fmt = agent_lib.ChatFormat(tokenizer, prompt)
+    prompt = tool_format.DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    self.fmt = tool_format.ChatFormat(tokenizer, prompt)
 
-  def run(self, ts: TaskSandbox, monitor: Monitor, seed: int) -> AgentOutcome:
+  def run(self, sb, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
     from envs import agent as agent_lib
 
-    task = ts.task
+    policy = self.policy
+    if on_turn is not None:  # request n+1 means turn n has acted
+      policy = CheckingPolicy(policy, types.SimpleNamespace(check=on_turn))
     cfg = dataclasses.replace(
       self.agent_cfg, episode_timeout_s=min(self.agent_cfg.episode_timeout_s, task.agent_timeout_s)
     )
     ep = agent_lib.run_episode(
-      CheckingPolicy(self.policy, monitor),
+      policy,
       self.fmt,
-      ts.sandbox,
+      sb,
       task.instruction,
       cfg,
       episode_id=f"{task.id}#{seed}#{uuid.uuid4().hex[:8]}",
@@ -174,15 +104,23 @@ class PolicyAgent:
     )
     turns = [{k: getattr(t, k) for k in _POLICY_TURN_KEYS} for t in ep.turns]
     timed_out = ep.finish_reason == "time_budget"
-    return AgentOutcome(turns, ep.finish_reason, timed_out, ep.generated_tokens, ep.infra_error)
+    return AgentRun(
+      self.name,
+      timed_out=timed_out,
+      duration_s=ep.duration_s,
+      finish_reason=ep.finish_reason,
+      tokens=ep.generated_tokens,
+      infra_error=ep.infra_error,
+      model_turns=tuple(turns),
+    )
 
 
-def script_agent(path: str | pathlib.Path) -> CommandAgent:
+def script_agent(path: str | pathlib.Path) -> ScriptedAgent:
   """A scripted agent: one command file for every task, or a folder of `<task_id>.<ext>` files."""
   p = pathlib.Path(path)
   if p.is_file():
     cmds = load_commands(p)
-    return CommandAgent(lambda task: list(cmds), f"scripted:{p.name}")
+    return ScriptedAgent(lambda task: list(cmds), f"scripted:{p.name}")
   if not p.is_dir():
     raise FileNotFoundError(f"--script: {p} is neither a command file nor a folder")
 
@@ -193,7 +131,7 @@ def script_agent(path: str | pathlib.Path) -> CommandAgent:
         return load_commands(f)
     raise FileNotFoundError(f"--script folder {p} has no command file for task {task.id!r}")
 
-  return CommandAgent(commands_for, f"scripted:{p.name}")
+  return ScriptedAgent(commands_for, f"scripted:{p.name}")
 
 
 def make_agent(kind: str, *, script: str | None = None, policy=None):
@@ -201,7 +139,7 @@ def make_agent(kind: str, *, script: str | None = None, policy=None):
   if kind == "null":
     return NullAgent()
   if kind == "oracle":
-    return OracleAgent()
+    return OracleAgent(per_step=True)
   if kind == "scripted":
     if not script:
       raise ValueError("the scripted agent needs a command file or folder (--script)")
@@ -221,7 +159,7 @@ def trial_seed(seed: int, task_id: str, trial: int) -> int:
   return zlib.crc32(f"{seed}:{task_id}:{trial}".encode()) & 0x7FFFFFFF
 
 
-def failure_mode(grade: GradeResult, outcome: AgentOutcome | None) -> str:
+def failure_mode(grade: GradeResult, outcome: AgentRun | None) -> str:
   """The verifier's failure mode, refined with why the agent stopped when the tests failed."""
   if grade.masked or grade.passed or grade.failure_mode != "none":
     return "none" if grade.passed and grade.failure_mode == "none" else grade.failure_mode
@@ -236,7 +174,7 @@ def failure_mode(grade: GradeResult, outcome: AgentOutcome | None) -> str:
 
 def _attempt(
   task: Task, agent, cfg: EvalConfig, seed: int
-) -> tuple[GradeResult, AgentOutcome | None, Monitor | None, dict]:
+) -> tuple[GradeResult, AgentRun | None, Monitor | None, dict]:
   """One sandbox, one episode, one grade. Infra failures come back as masked grades."""
   times = {"agent_s": 0.0, "grade_s": 0.0}
   try:
@@ -250,11 +188,11 @@ def _attempt(
     t0 = time.monotonic()
     try:
       monitor.check(0)
-      outcome = agent.run(ts, monitor, seed)
+      outcome = agent.run(ts.sandbox, ts.task, seed, on_turn=monitor.check)
       if outcome.infra_error is None:
         monitor.check(len(outcome.turns))
     except SandboxError as e:
-      outcome = AgentOutcome([], "infra", infra_error=f"SandboxError: {e}")
+      outcome = AgentRun(agent.name, finish_reason="infra", infra_error=f"SandboxError: {e}")
     times["agent_s"] = time.monotonic() - t0
     if outcome.infra_error is not None:
       return masked_result(task.id, "infra_error", outcome.infra_error), outcome, monitor, times
@@ -297,7 +235,7 @@ def _record(task, trial, agent, seed, grade, outcome, monitor, times, attempts, 
     "failure_mode": failure_mode(grade, outcome),
     "grade_failure_mode": grade.failure_mode,
     "detail": grade.detail,
-    "grade_log": grade.log[-_OUT_CHARS:],
+    "grade_log": grade.log[-OUT_CHARS:],
     "finish_reason": outcome.finish_reason if outcome else "not_started",
     "turns": len(outcome.turns) if outcome else 0,
     "tokens": outcome.tokens if outcome else 0,
@@ -376,35 +314,3 @@ def sample_tasks(tasks: Sequence[Task], per_suite: int, seed: int = 0) -> list[T
     rng = random.Random(f"{seed}:{suite}")
     keep |= {t.id for t in (ts if len(ts) <= per_suite else rng.sample(ts, per_suite))}
   return [t for t in tasks if t.id in keep]
-
-
-def policy_from_checkpoint(
-  checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1
-) -> tuple[PolicyAgent, Callable[[], None]]:
-  """A PolicyAgent over a local HF checkpoint folder, and a function that shuts it down.
-
-  tokenizer: `auto` (the checkpoint's tokenizer.json), `byte` (models.tokenizer.ByteTokenizer)
-  or a folder holding tokenizer.json.
-  """
-  from envs.agent import AgentConfig
-  from models import hf
-  from models.engine import Engine
-  from models.generator import Generator
-  from models.tokenizer import ByteTokenizer
-
-  agent_cfg = agent_cfg or AgentConfig(greedy=True)
-  model_cfg, params = hf.load(checkpoint)
-  tok = (
-    ByteTokenizer()
-    if tokenizer == "byte"
-    else hf.load_tokenizer(checkpoint if tokenizer == "auto" else tokenizer)
-  )
-  if tok.vocab_size > model_cfg.vocab_size:
-    raise ValueError(
-      f"tokenizer has {tok.vocab_size} ids but the checkpoint {checkpoint} only {model_cfg.vocab_size}"
-    )
-  max_len = min(model_cfg.max_seq_len, agent_cfg.max_context_tokens)
-  agent_cfg = dataclasses.replace(agent_cfg, max_context_tokens=max_len)
-  engine = Engine(model_cfg, params, max_concurrent_decodes=concurrency, max_seq_len=max_len)
-  gen = Generator(engine, tokenizer=tok)
-  return PolicyAgent(gen, tok, agent_cfg), gen.close

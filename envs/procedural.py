@@ -51,7 +51,7 @@ def _task(
 ) -> Task:
   """`tests`: a pytest body (test_task.py), or `shell`: a test.sh (runner `shell`) instead.
 
-  `mistakes`: plausible wrong commands, the noisy teacher's (rl.experiment.demonstrations).
+  `mistakes`: plausible wrong commands, the noisy teacher's (rl.warm_start.demonstrations).
   """
   if shell:
     spec = TestSpec((FileEntry("test.sh", shell.encode(), 0o755),), runner="shell")

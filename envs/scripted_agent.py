@@ -1,8 +1,14 @@
-"""Agents that are not models: replay commands, run the reference solution, or do nothing.
+"""The agent protocol, and the agents that are not models: replay, reference solution, nothing.
 
-`ScriptedAgent` replays a list of shell commands (from code or a file), `OracleAgent` runs the
-task's reference solution (staged in the sandbox only for that run), `NullAgent` does nothing.
-All share `run(sandbox, task) -> AgentRun`; the quality gate and evaluation use them.
+Every agent (these, and envs.eval.PolicyAgent over a model) has a `name` and
+
+  run(sandbox, task, seed=0, on_turn=None) -> AgentRun
+
+`on_turn(n)` is called after the agent's n-th turn has acted (the evaluation's milestone
+checks); set-up and clean-up commands are not turns. `ScriptedAgent` replays a list of shell
+commands (fixed, from a file, or chosen per task), `OracleAgent` runs the task's reference
+solution (staged in the sandbox only for that run; with `per_step`, one turn per
+`solution/steps/NN.sh`), `NullAgent` does nothing. The quality gate and evaluation use them.
 
 Command files: `.json` / `.yaml` hold a list of commands (strings or `{command: ...}`, as in
 Terminal-Bench's solution.yaml); any other file holds one command per line, where a trailing
@@ -19,7 +25,7 @@ import re
 import shlex
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import yaml
 
@@ -34,16 +40,48 @@ class Step:
   result: ExecResult
 
 
+OUT_CHARS = 2000  # per-turn output kept in a trajectory record
+_STEP_RE = re.compile(r"^steps/[^/]+\.sh$")
+
+
+def tail(text: str) -> str:
+  """The last OUT_CHARS characters of `text` (marked when cut)."""
+  return text if len(text) <= OUT_CHARS else "[...]" + text[-OUT_CHARS:]
+
+
 @dataclasses.dataclass(frozen=True)
 class AgentRun:
+  """What an agent did in one episode."""
+
   agent: str
-  steps: tuple[Step, ...] = ()
+  steps: tuple[Step, ...] = ()  # the shell turns of a command-replaying agent
   timed_out: bool = False
   duration_s: float = 0.0
+  # finish | script_end | max_turns | token_budget | time_budget | context | infra
+  finish_reason: str = "script_end"
+  tokens: int = 0  # generated tokens (model agents)
+  infra_error: str | None = None
+  model_turns: tuple[dict, ...] | None = None  # a model agent's turn records
 
   @property
   def commands(self) -> tuple[str, ...]:
     return tuple(s.command for s in self.steps)
+
+  @property
+  def turns(self) -> list[dict]:
+    """{"action", "tool", "exit_code", "output", ...} per turn."""
+    if self.model_turns is not None:
+      return list(self.model_turns)
+    return [
+      {
+        "action": s.command,
+        "tool": "shell",
+        "exit_code": s.result.exit_code,
+        "timed_out": s.result.timed_out,
+        "output": tail(s.result.stdout + ("\n" + s.result.stderr if s.result.stderr else "")),
+      }
+      for s in self.steps
+    ]
 
 
 def parse_commands(text: str) -> list[str]:
@@ -91,21 +129,24 @@ class NullAgent:
 
   name = "null"
 
-  def run(self, sb: Sandbox, task: Task) -> AgentRun:
-    return AgentRun(self.name)
+  def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
+    return AgentRun(self.name, finish_reason="finish")
 
 
 class ScriptedAgent:
-  """Replays shell commands in order within the task's agent time budget."""
+  """Replays shell commands in order within the task's agent time budget.
+
+  `commands`: a list, or a function of the task returning one (a folder of per-task scripts).
+  """
 
   def __init__(
     self,
-    commands: Sequence[str],
+    commands: Sequence[str] | Callable[[Task], list[str]],
     name: str = "scripted",
     command_timeout_s: float | None = None,
     stop_on_error: bool = False,
   ):
-    self.commands = list(commands)
+    self.commands_for = commands if callable(commands) else (lambda task, c=list(commands): c)
     self.name = name
     self.command_timeout_s = command_timeout_s
     self.stop_on_error = stop_on_error
@@ -115,15 +156,20 @@ class ScriptedAgent:
     kw.setdefault("name", f"scripted:{pathlib.Path(path).name}")
     return cls(load_commands(path), **kw)
 
-  def run(self, sb: Sandbox, task: Task) -> AgentRun:
+  def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
+    return self.replay(sb, task, self.commands_for(task), on_turn)
+
+  def replay(self, sb: Sandbox, task: Task, commands: Sequence[str], on_turn=None) -> AgentRun:
     t0 = time.monotonic()
     steps = []
-    for cmd in self.commands:
+    for cmd in commands:
       left = task.agent_timeout_s - (time.monotonic() - t0)
       if left <= 0:
         return AgentRun(self.name, tuple(steps), True, time.monotonic() - t0)
       limit = min(left, self.command_timeout_s or left)
       r = sb.exec(cmd, timeout_s=limit)
+      if on_turn is not None:
+        on_turn(len(steps) + 1)
       steps.append(Step(cmd, r))
       if r.timed_out and limit == left:
         return AgentRun(self.name, tuple(steps), True, time.monotonic() - t0)
@@ -132,17 +178,37 @@ class ScriptedAgent:
     return AgentRun(self.name, tuple(steps), False, time.monotonic() - t0)
 
 
+def solution_steps(task: Task) -> list[str]:
+  """Paths of the task's per-turn solution steps (solution/steps/*.sh), sorted; may be empty."""
+  return sorted(f.path for f in task.solution_files if _STEP_RE.match(f.path))
+
+
 class OracleAgent:
-  """Runs the task's reference solution from a staging folder it removes afterwards."""
+  """Runs the task's reference solution from a staging folder it removes afterwards.
+
+  Default: `solve.sh` in the task's workdir, one turn (the quality gate's oracle). `per_step`:
+  one turn per `solution/steps/NN.sh` if the task has them, else `solve.sh` (the evaluation's).
+  """
 
   name = "oracle"
 
-  def run(self, sb: Sandbox, task: Task) -> AgentRun:
-    t0 = time.monotonic()
+  def __init__(self, per_step: bool = False):
+    self.per_step = per_step
+
+  def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
     stage = f"/tmp/.agentrl-oracle-{uuid.uuid4().hex[:12]}"
     files = task.solution_files + (FileEntry("solve.sh", task.solution_script.encode(), 0o755),)
     put_files(sb, stage, files)
-    cmd = f"cd {shlex.quote(task.workdir)} && SOLUTION_DIR={stage} bash {stage}/solve.sh"
-    r = sb.exec(cmd, timeout_s=task.agent_timeout_s)
-    sb.exec(f"rm -rf {stage}", timeout_s=30)
-    return AgentRun(self.name, (Step(cmd, r),), r.timed_out, time.monotonic() - t0)
+    try:
+      if self.per_step:
+        steps = solution_steps(task) or ["solve.sh"]
+        cmds = [f"SOLUTION_DIR={stage} bash {shlex.quote(f'{stage}/{s}')}" for s in steps]
+        return ScriptedAgent(cmds, name=self.name).run(sb, task, seed, on_turn)
+      t0 = time.monotonic()
+      cmd = f"cd {shlex.quote(task.workdir)} && SOLUTION_DIR={stage} bash {stage}/solve.sh"
+      r = sb.exec(cmd, timeout_s=task.agent_timeout_s)
+      if on_turn is not None:
+        on_turn(1)
+      return AgentRun(self.name, (Step(cmd, r),), r.timed_out, time.monotonic() - t0)
+    finally:
+      sb.exec(f"rm -rf {stage}", timeout_s=30)

@@ -75,6 +75,7 @@ def _agent():
   if not _CHECKPOINT.value:
     raise app.UsageError("--agent=policy needs --checkpoint")
   from envs.agent import AgentConfig  # imports jax: only for the policy
+  from rl.runtime import replica
 
   cfg = AgentConfig(
     max_turns=_MAX_TURNS.value,
@@ -84,7 +85,9 @@ def _agent():
     greedy=_GREEDY.value,
     temperature=_TEMPERATURE.value,
   )
-  return ev.policy_from_checkpoint(_CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value)
+  return replica.policy_from_checkpoint(
+    _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value
+  )
 
 
 def main(argv):

@@ -51,16 +51,15 @@ def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len
   import grpc
 
   from models import hf
-  from models.engine import Engine
   from models.jetstream_adapter import import_jetstream, make_engine
+  from rl.config import EngineConfig
+  from rl.runtime import replica
 
   path = pathlib.Path(checkpoint)
   cfg, params = hf.load(path)
   tok = _tokenizer(path, tokenizer, cfg.vocab_size)
-  engine = Engine(
-    cfg, params, max_concurrent_decodes=max_concurrent_decodes,
-    max_seq_len=max_seq_len or None, page_size=page_size,
-  )  # fmt: skip
+  sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)
+  engine = replica.make_engine(cfg, params, sizes)
   js_engine = make_engine(engine, tok)
   import_jetstream()
   root = logging_std.getLogger()

@@ -13,6 +13,10 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v ip >/dev/null || need+=(iproute2)
   command -v newuidmap >/dev/null || need+=(uidmap)
+  # the bwrap seccomp filter (libseccomp) and its static exec wrapper (built once with cc)
+  [ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || ldconfig -p | grep -q libseccomp.so.2 || need+=(libseccomp2)
+  command -v cc >/dev/null || need+=(gcc)
+  [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "[setup] apt-get install ${need[*]}"
     apt-get update -qq

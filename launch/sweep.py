@@ -70,7 +70,7 @@ def command(config: str, workdir: pathlib.Path, overrides: dict[str, str]) -> li
 
 
 def _result(run_dir: pathlib.Path, overrides: dict, wall_s: float, rc: int) -> dict:
-  from rl.telemetry import read_metrics, series
+  from rl.runtime.telemetry import read_metrics, series
 
   row = {"run": run_dir.name, **overrides, "returncode": rc, "wall_s": round(wall_s, 1)}
   summary = run_dir / "summary.json"
@@ -147,7 +147,7 @@ def _plot(root: pathlib.Path, run_dirs) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  from rl.telemetry import read_metrics, series
+  from rl.runtime.telemetry import read_metrics, series
 
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
   for d in run_dirs:

@@ -3,7 +3,7 @@ r"""Train (or resume) an experiment.
   python -m launch.train --config=configs/demo.py --workdir=/tmp/demo [--config.loop.steps=40]
 
 `--config` is an ml_collections config file whose `get_config()` mirrors
-`rl.experiment.Experiment` (every field can be overridden with `--config.<path>=<value>`);
+`rl.rl_config.Experiment` (every field can be overridden with `--config.<path>=<value>`);
 running again with the same `--workdir` resumes from its latest checkpoint. SIGTERM saves a
 checkpoint at the next step boundary and exits. Writes under WORKDIR: checkpoints/,
 trajectories/ + batches/ (Parquet), metrics.jsonl, events.jsonl, tb/, plots/, summary.json.
@@ -43,7 +43,8 @@ def main(argv):
   import jax
 
   from parallel import distributed
-  from rl import experiment
+  from rl import config as rl_config
+  from rl.runtime import run as rl_run
 
   # Joins a multi-host job (flags or AGENTRL_*/JAX_* variables) before any device is used;
   # a no-op for a single process.
@@ -51,9 +52,9 @@ def main(argv):
   if FLAGS.compilation_cache and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(FLAGS.compilation_cache))
 
-  exp = experiment.to_experiment(FLAGS.config)
+  exp = rl_config.to_experiment(FLAGS.config)
   logging.info("experiment: %s", exp)
-  summary = experiment.run(exp, FLAGS.workdir)
+  summary = rl_run.run(exp, FLAGS.workdir)
   print(json.dumps({k: v for k, v in summary.items() if k != "train_pass_rate"}, indent=1))
 
 

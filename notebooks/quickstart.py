@@ -25,23 +25,24 @@ import os
 import pathlib
 
 from configs import demo, toy
-from rl import experiment
-from rl.telemetry import read_metrics, series
-from rl.trajectory_store import TrajectoryStore
+from rl import config as rl_config
+from rl.runtime import run as rl_run
+from rl.runtime.telemetry import read_metrics, series
+from rl.runtime.trajectory_store import TrajectoryStore
 
 SIZE = os.environ.get("AGENTRL_NOTEBOOK_SIZE", "toy")  # "toy" | "demo"
 WORKDIR = pathlib.Path(os.environ.get("AGENTRL_NOTEBOOK_WORKDIR", "/tmp/agentrl-quickstart"))
 
 # %% [markdown]
 # ## The experiment
-# A config file is an `ml_collections.ConfigDict` mirroring `rl.experiment.Experiment`; any
+# A config file is an `ml_collections.ConfigDict` mirroring `rl.config.Experiment`; any
 # field can be changed here exactly as `--config.<path>=<value>` does on the command line.
 
 # %%
 cfg = (toy if SIZE == "toy" else demo).get_config()
 if SIZE == "toy":
   cfg.loop.steps = int(os.environ.get("AGENTRL_NOTEBOOK_STEPS", cfg.loop.steps))
-exp = experiment.to_experiment(cfg)
+exp = rl_config.to_experiment(cfg)
 print(exp.model)
 print(exp.loop)
 
@@ -51,7 +52,7 @@ print(exp.loop)
 # `WORKDIR` resumes from the last checkpoint (and returns at once if the run is complete).
 
 # %%
-summary = experiment.run(exp, str(WORKDIR))
+summary = rl_run.run(exp, str(WORKDIR))
 print(json.dumps({k: v for k, v in summary.items() if k != "plots"}, indent=1))
 
 # %% [markdown]

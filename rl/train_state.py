@@ -52,7 +52,12 @@ def reference_params(state: TrainState, cfg: TrainConfig):
 
 def policy_params(state: TrainState, cfg: TrainConfig):
   """Plain params for the engine and for export: base + merged adapters under LoRA."""
-  return lora.merge(state.frozen, state.params, cfg.lora) if cfg.lora.enabled else state.params
+  if not cfg.lora.enabled:
+    return state.params
+  return _merge(state.frozen, state.params, cfg.lora)
+
+
+_merge = jax.jit(lora.merge, static_argnums=2)  # one compile per LoraConfig, sharded in place
 
 
 def trainable_axes(model_cfg: ModelConfig, cfg: TrainConfig):

@@ -8,14 +8,14 @@ import jax
 import numpy as np
 import pytest
 
-from envs import agent
+from envs import agent, tool_format
 from envs import sandbox as sandbox_lib
 from envs.sandbox import testing as sandbox_testing
 from envs.sandbox.base import SandboxSpec
 from models.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
-CALL = agent.format_tool_call
+CALL = tool_format.format_tool_call
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def box():
 
 def _run(box, actions, cfg=agent.AgentConfig(max_turns=6), system="", instruction="do it"):
   policy = agent.ScriptedPolicy(TOK, actions)
-  fmt = agent.ChatFormat(TOK, system_prompt=system)
+  fmt = tool_format.ChatFormat(TOK, system_prompt=system)
   return agent.run_episode(policy, fmt, box, instruction, cfg, episode_id="e1"), policy
 
 
@@ -101,7 +101,7 @@ def test_context_elision_starts_a_new_segment(box):
   ep, policy = _run(box, acts, cfg, instruction="count things")
   assert ep.elisions >= 1 and len(ep.segments) == ep.elisions + 1
   last = ep.segments[-1]
-  assert len(last.tokens) <= 700 and TOK.decode(last.tokens).count(agent.ELIDED) >= 1
+  assert len(last.tokens) <= 700 and TOK.decode(last.tokens).count(tool_format.ELIDED) >= 1
   assert "count things" in TOK.decode(last.tokens)  # the instruction is kept
   # Every generated token is trained exactly once, in the segment that produced it.
   gen = [t for s in ep.segments for t, m in zip(s.tokens, s.loss_mask, strict=True) if m]
@@ -152,7 +152,7 @@ def test_engine_tokens_and_logprobs_match_the_trainers_forward(box):
   params = transformer.init(cfg, jax.random.key(3))
   gen = Generator(Engine(cfg, params, max_concurrent_decodes=4, max_seq_len=512), tokenizer=TOK)
   try:
-    fmt = agent.ChatFormat(TOK, system_prompt="")
+    fmt = tool_format.ChatFormat(TOK, system_prompt="")
     acfg = agent.AgentConfig(max_turns=3, max_new_tokens=40, max_context_tokens=500)
     ep = agent.run_episode(gen, fmt, box, "say something", acfg, episode_id="eng", seed=5)
   finally:

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from envs import agent
+from envs import tool_format
 from models.tokenizer import ByteTokenizer
 
 
@@ -27,7 +27,7 @@ from models.tokenizer import ByteTokenizer
   ],
 )
 def test_parse_valid(text, name, args):
-  call = agent.parse_tool_call(text)
+  call = tool_format.parse_tool_call(text)
   assert call.name == name and call.arguments == args
 
 
@@ -49,33 +49,33 @@ def test_parse_valid(text, name, args):
   ],
 )
 def test_parse_malformed_names_the_problem(text, needle):
-  with pytest.raises(agent.ToolCallError, match=None) as e:
-    agent.parse_tool_call(text)
+  with pytest.raises(tool_format.ToolCallError, match=None) as e:
+    tool_format.parse_tool_call(text)
   assert needle in str(e.value)
 
 
 def test_format_tool_call_round_trips():
-  text = agent.format_tool_call("write_file", path="x.txt", content='he said "hi"\n')
-  assert text.startswith(agent.TOOL_CALL_OPEN) and text.endswith(agent.TOOL_CALL_CLOSE)
-  call = agent.parse_tool_call(text)
+  text = tool_format.format_tool_call("write_file", path="x.txt", content='he said "hi"\n')
+  assert text.startswith(tool_format.TOOL_CALL_OPEN) and text.endswith(tool_format.TOOL_CALL_CLOSE)
+  call = tool_format.parse_tool_call(text)
   assert call.arguments == {"path": "x.txt", "content": 'he said "hi"\n'}
   assert (
-    json.loads(text[len(agent.TOOL_CALL_OPEN) : -len(agent.TOOL_CALL_CLOSE)])["name"]
+    json.loads(text[len(tool_format.TOOL_CALL_OPEN) : -len(tool_format.TOOL_CALL_CLOSE)])["name"]
     == "write_file"
   )
 
 
 def test_truncate_middle_keeps_head_and_tail_with_marker():
   text = "".join(chr(ord("a") + i % 26) for i in range(1000))
-  out = agent.truncate_middle(text, 100)
+  out = tool_format.truncate_middle(text, 100)
   assert out.startswith(text[:50]) and out.endswith(text[-50:])
   assert "[... 900 chars truncated ...]" in out
-  assert agent.truncate_middle("short", 100) == "short"
+  assert tool_format.truncate_middle("short", 100) == "short"
 
 
 def test_exec_observation_format():
-  assert agent.format_exec_observation(0, "hi\n", "") == "exit code: 0\nstdout:\nhi"
-  assert agent.format_exec_observation(124, "", "boom", timed_out=True) == (
+  assert tool_format.format_exec_observation(0, "hi\n", "") == "exit code: 0\nstdout:\nhi"
+  assert tool_format.format_exec_observation(124, "", "boom", timed_out=True) == (
     "exit code: 124 (timed out)\nstderr:\nboom"
   )
 
@@ -83,8 +83,8 @@ def test_exec_observation_format():
 def test_chat_format_deltas_equal_full_render_token_for_token():
   """prompt + action + observation tokens == tokens of the whole conversation rendered at once."""
   tok = ByteTokenizer()
-  fmt = agent.ChatFormat(tok, system_prompt="sys")
-  action = agent.format_tool_call("shell", command="echo hi")
+  fmt = tool_format.ChatFormat(tok, system_prompt="sys")
+  action = tool_format.format_tool_call("shell", command="echo hi")
   obs = "exit code: 0\nstdout:\nhi"
   tokens = fmt.prompt("do it") + tok.encode(action) + fmt.observation(obs)
   msgs = [
@@ -98,7 +98,7 @@ def test_chat_format_deltas_equal_full_render_token_for_token():
 
 def test_chat_format_after_stop_token_is_not_doubled():
   tok = ByteTokenizer()
-  fmt = agent.ChatFormat(tok, system_prompt="")
+  fmt = tool_format.ChatFormat(tok, system_prompt="")
   plain = fmt.observation("o")
   after = fmt.observation("o", after_stop=tok.eos_id)
   assert plain[0] == tok.eos_id and after == plain[1:]
@@ -111,7 +111,7 @@ def test_chat_format_falls_back_to_user_role_without_tool_role():
     "{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
   )
-  fmt = agent.ChatFormat(ByteTokenizer(chat_template=strict), system_prompt="")
+  fmt = tool_format.ChatFormat(ByteTokenizer(chat_template=strict), system_prompt="")
   assert fmt.tool_role == "user"
   text = ByteTokenizer().decode(fmt.observation("result"))
   assert "<tool_response>\nresult\n</tool_response>" in text and text.endswith("assistant\n")

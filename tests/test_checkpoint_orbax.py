@@ -1,4 +1,4 @@
-"""rl.checkpoint: exact restore, keep-last-N, interval, SIGTERM flag, kill -9 during an async save."""
+"""rl.runtime.checkpoint: exact restore, keep-last-N, interval, SIGTERM flag, kill -9 during an async save."""
 
 import os
 import signal
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl.checkpoint import Checkpointer
+from rl.runtime.checkpoint import Checkpointer
 
 
 def _state(seed):
@@ -58,7 +58,7 @@ def test_no_checkpoint_restores_none(tmp_path):
 _CHILD = textwrap.dedent(
   """
   import sys, time, jax.numpy as jnp
-  from rl.checkpoint import Checkpointer
+  from rl.runtime.checkpoint import Checkpointer
   ck = Checkpointer(sys.argv[1], every_steps=1, keep=5)
   ck.save(1, {"x": jnp.full((1 << 22,), 1.0)}, {"step": 1})
   ck.wait()

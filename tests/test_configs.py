@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from rl import experiment
+from rl import config as rl_config
 
 CONFIGS = sorted((pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
 
@@ -16,7 +16,7 @@ def test_config_builds_a_valid_experiment(path):
   spec = importlib.util.spec_from_file_location(f"cfg_{path.stem}", path)
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
-  exp = experiment.to_experiment(mod.get_config())
+  exp = rl_config.to_experiment(mod.get_config())
   exp.validate()
   assert f"--config=configs/{path.name}" in (mod.__doc__ or ""), path.name
   assert exp.loop.row_len >= exp.engine.max_seq_len, path.name

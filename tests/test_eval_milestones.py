@@ -6,9 +6,11 @@ import pytest
 
 from envs import eval as ev
 from envs import metrics
-from envs.agent import AgentConfig, ScriptedPolicy, format_tool_call
+from envs.agent import AgentConfig, ScriptedPolicy
 from envs.sandbox.base import SandboxError
+from envs.scripted_agent import ScriptedAgent
 from envs.task import Constraint, FileEntry, Milestone, Task, TestSpec
+from envs.tool_format import format_tool_call
 from models.tokenizer import ByteTokenizer
 
 TEST = b"""
@@ -48,7 +50,7 @@ CFG = ev.EvalConfig(retries=0)
 
 
 def _run(commands, task=TASK):
-  return ev.run_trial(task, 0, ev.CommandAgent(lambda t: list(commands)), CFG)
+  return ev.run_trial(task, 0, ScriptedAgent(lambda t: list(commands)), CFG)
 
 
 def test_passing_run_reaches_every_milestone_without_violation():
@@ -130,7 +132,7 @@ class _BrokenAgent:
   def __init__(self):
     self.calls = 0
 
-  def run(self, ts, monitor, seed):
+  def run(self, sb, task, seed=0, on_turn=None):
     self.calls += 1
     raise SandboxError("sandbox died")
 

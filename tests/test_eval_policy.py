@@ -12,6 +12,7 @@ from envs import eval as ev
 from envs.agent import AgentConfig
 from models import config, hf
 from models import transformer as tfm
+from rl.runtime import replica
 
 AGENT = dict(max_turns=3, max_new_tokens=24, max_episode_tokens=72, max_context_tokens=1024)
 TASK_FILES = {
@@ -67,7 +68,9 @@ def test_policy_is_reproducible_under_greedy_decoding(tmp_path):
   first = json.loads((out / "results.json").read_text())["trials"]
 
   tasks = ev.resolve_tasks(str(task_dir))
-  agent, close = ev.policy_from_checkpoint(str(ckpt), "byte", AgentConfig(greedy=True, **AGENT), 2)
+  agent, close = replica.policy_from_checkpoint(
+    str(ckpt), "byte", AgentConfig(greedy=True, **AGENT), 2
+  )
   try:
     second = ev.evaluate(tasks, agent, ev.EvalConfig(trials=2, concurrency=2, seed=11))
   finally:

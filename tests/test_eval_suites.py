@@ -11,6 +11,7 @@ import pytest
 
 from envs import eval as ev
 from envs import flywheel, metrics, report
+from envs.scripted_agent import solution_steps
 from envs.task import BUILTIN_DIR, builtin_tasks, load_task, load_tasks
 
 LH = load_tasks(BUILTIN_DIR / "long_horizon")
@@ -20,7 +21,7 @@ OTHERS = ev.sample_tasks([t for t in builtin_tasks() if t.suite != "long_horizon
 def test_long_horizon_suite_shape():
   assert len(LH) >= 15 and len({t.id for t in LH}) == len(LH)
   for t in LH:
-    steps = ev.solution_steps(t)
+    steps = solution_steps(t)
     assert len(steps) >= 10, t.id
     assert len(t.milestones) >= 10, t.id
     kinds = {c.kind for c in t.constraints}

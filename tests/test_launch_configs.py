@@ -8,8 +8,7 @@ import ml_collections
 import pytest
 
 from launch import sweep
-from rl.config import LossConfig
-from rl.experiment import Experiment, from_config, to_experiment
+from rl.config import Experiment, LossConfig, from_config, to_experiment
 
 CONFIGS = sorted(p.stem for p in pathlib.Path("configs").glob("*.py") if p.stem != "__init__")
 

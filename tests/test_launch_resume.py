@@ -10,7 +10,7 @@ import time
 
 import pyarrow.parquet as pq
 
-from rl.trajectory_store import TrajectoryStore
+from rl.runtime.trajectory_store import TrajectoryStore
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # A small sync run: 2 groups x 2 samples per step, checkpoints every 2 steps, dynamic sampling

@@ -1,11 +1,11 @@
-"""loop.negative_advantage_weight: negative advantages are scaled, positive ones untouched."""
+"""train.loss.negative_advantage_weight: negative advantages are scaled, positive ones untouched."""
 
 import numpy as np
 import pytest
 
-from rl.config import LossConfig
-from rl.loop import LoopConfig, build_batch
-from rl.rollout import Group
+from rl.batch import build_batch
+from rl.config import LoopConfig, LossConfig
+from rl.runtime.records import Group
 
 
 def _row(s, reward, n_gen):
@@ -25,7 +25,8 @@ def test_negative_advantages_are_scaled_by_hand():
   # Distinct lengths identify the rows after packing.
   g = Group(0, "t", [_row(0, 1.0, 2), _row(1, 0.0, 3), _row(2, 0.0, 4), _row(3, 0.0, 5)])
   for w, want in ((1.0, [1.5, -0.5, -0.5, -0.5]), (0.1, [1.5, -0.05, -0.05, -0.05])):
-    batch, n = build_batch([g], LossConfig(advantage="grpo"), 16, 1, 1, 0, negative_weight=w)
+    cfg = LossConfig(advantage="grpo", negative_advantage_weight=w)
+    batch, n = build_batch([g], cfg, 16, 1, 1, 0)
     got = dict(
       zip(batch["loss_mask_BT"].sum(1).tolist(), batch["advantages_BS"][:, 0].tolist(), strict=True)
     )
@@ -34,7 +35,7 @@ def test_negative_advantages_are_scaled_by_hand():
 
 def test_weight_outside_0_1_is_rejected():
   with pytest.raises(ValueError, match="negative_advantage_weight"):
-    LoopConfig(negative_advantage_weight=1.5)
+    LossConfig(negative_advantage_weight=1.5)
 
 
 def test_updates_per_batch_range():

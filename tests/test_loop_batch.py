@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
+from rl.batch import bucket_rows, build_batch, group_advantages
 from rl.config import LossConfig
-from rl.loop import _bucket_rows, build_batch, rollout_metrics
-from rl.rollout import Group
+from rl.runtime.records import Group
+from rl.runtime.trainer import rollout_metrics
 
 
 def _row(gid, s, reward, segments, domain="d", difficulty=1, finish="finish"):
@@ -68,11 +69,24 @@ def test_advantages_segments_and_packing():
   assert batch["segment_ids_BT"][7].sum() == 0  # the padding row is empty
 
 
-def test_overlong_penalty_is_rejected_with_a_clear_error():
-  g = Group(0, "t", [_row(0, 0, 1.0, [(3, 2)]), _row(0, 1, 0.0, [(3, 2)])])
-  cfg = LossConfig(overlong="penalty", overlong_max_len=4, overlong_buffer=2)
-  with pytest.raises(ValueError, match="overlong='penalty'"):
-    build_batch([g], cfg, 16, 1, 1, 0)
+def test_overlong_penalty_shapes_rewards_before_advantages_by_hand():
+  # Policy tokens 2, 3, 4 against L_max 4 with a buffer of 2: penalties 0, -0.5, -1 (x 0.8),
+  # added to the rewards 1, 1, 0 before GRPO: shaped rewards 1, 0.6, -0.8.
+  g = Group(0, "t", [_row(0, s, r, [(3, n)]) for s, (r, n) in enumerate([(1, 2), (1, 3), (0, 4)])])
+  cfg = LossConfig(overlong="penalty", overlong_max_len=4, overlong_buffer=2, overlong_penalty=0.8)
+  np.testing.assert_allclose(group_advantages([g], cfg)[0], _naive_grpo([1, 0.6, -0.8]), rtol=1e-5)
+  batch, n = build_batch([g], cfg, 16, 1, 1, 0)
+  got = dict(
+    zip(batch["loss_mask_BT"].sum(1).tolist(), batch["advantages_BS"][:, 0].tolist(), strict=True)
+  )
+  np.testing.assert_allclose([got[k] for k in (2, 3, 4)], _naive_grpo([1, 0.6, -0.8]), rtol=1e-5)
+  plain = group_advantages([g], LossConfig())[0]  # no penalty: the rewards as they are
+  np.testing.assert_allclose(plain, _naive_grpo([1, 1, 0]), rtol=1e-5)
+
+
+def test_overlong_penalty_needs_a_buffer_at_parse_time():
+  with pytest.raises(ValueError, match="overlong='penalty' needs 0 < overlong_buffer"):
+    LossConfig(overlong="penalty", overlong_max_len=4, overlong_buffer=0)
 
 
 def test_too_long_sequence_names_the_trajectory():
@@ -81,9 +95,9 @@ def test_too_long_sequence_names_the_trajectory():
     build_batch([g], LossConfig(), 16, 1, 1, 0)
 
 
-def test_bucket_rows():
-  assert [_bucket_rows(n, 1) for n in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 16]
-  assert [_bucket_rows(n, 4) for n in (1, 4, 5, 12)] == [4, 4, 8, 16]
+def testbucket_rows():
+  assert [bucket_rows(n, 1) for n in (1, 2, 3, 5, 8, 9)] == [1, 2, 4, 8, 8, 16]
+  assert [bucket_rows(n, 4) for n in (1, 4, 5, 12)] == [4, 4, 8, 16]
 
 
 def test_rollout_metrics_by_hand():

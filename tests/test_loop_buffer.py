@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from rl import buffer as buf_lib
-from rl import scheduler
-from rl.trajectory_store import TrajectoryStore
+from rl.runtime import buffer as buf_lib
+from rl.runtime import scheduler
+from rl.runtime.trajectory_store import TrajectoryStore
 
 
 @dataclasses.dataclass

@@ -7,10 +7,12 @@ import threading
 import time
 
 from envs import agent
+from envs.episodes import Outcome
 from envs.task import Task, TestSpec
-from rl.buffer import StalenessBuffer
-from rl.rollout import Outcome, RolloutConfig, RolloutManager
-from rl.trajectory_store import TrajectoryStore
+from rl.config import RolloutConfig
+from rl.runtime.buffer import StalenessBuffer
+from rl.runtime.rollout import RolloutManager
+from rl.runtime.trajectory_store import TrajectoryStore
 
 B, CAP = 2, 1  # groups per batch; zero-variance drops allowed per policy version
 

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import agent, procedural
+from envs import agent, procedural, tool_format
+from envs.episodes import SandboxEpisodes
 from models import transformer
 from models.config import tiny
 from models.engine import Engine
@@ -15,14 +16,14 @@ from models.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 from models.tokenizer import ByteTokenizer
 from parallel.mesh import single_device_mesh
-from rl.buffer import BufferClosed, StalenessBuffer
-from rl.config import LossConfig, OptimConfig, TrainConfig
-from rl.loop import engine_params
+from rl.config import LossConfig, OptimConfig, RolloutConfig, TrainConfig
 from rl.packing import pack
-from rl.rollout import RolloutConfig, RolloutManager, SandboxEpisodes
+from rl.runtime.buffer import BufferClosed, StalenessBuffer
+from rl.runtime.rollout import RolloutManager
+from rl.runtime.trainer import engine_params
+from rl.runtime.trajectory_store import TrajectoryStore
 from rl.train_state import create_train_state
 from rl.train_step import make_train_step
-from rl.trajectory_store import TrajectoryStore
 
 CFG = tiny("qwen3", vocab_size=260, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
 
@@ -63,7 +64,7 @@ def test_a_dead_engine_stops_the_run_with_its_error(tmp_path):
   gen = Generator(Engine(CFG, _params(), max_concurrent_decodes=2, max_seq_len=128), tokenizer=tok)
   gen.close()  # as after an engine crash: every generation now fails
   acfg = agent.AgentConfig(max_turns=1, max_new_tokens=8, max_context_tokens=128)
-  episodes = SandboxEpisodes(gen, agent.ChatFormat(tok, ""), acfg)
+  episodes = SandboxEpisodes(gen, tool_format.ChatFormat(tok, ""), acfg)
   task = procedural.generate("echo_word", 0)
 
   class OneTask:

@@ -5,10 +5,12 @@ masking, priorities, in-flight accounting and re-use of stored groups."""
 import threading
 
 from envs import agent
+from envs.episodes import Outcome
 from envs.task import Task, TestSpec
-from rl.buffer import StalenessBuffer
-from rl.rollout import Outcome, RolloutConfig, RolloutManager
-from rl.trajectory_store import TrajectoryStore
+from rl.config import RolloutConfig
+from rl.runtime.buffer import StalenessBuffer
+from rl.runtime.rollout import RolloutManager
+from rl.runtime.trajectory_store import TrajectoryStore
 
 
 class Tasks:
@@ -126,7 +128,7 @@ def test_sampled_eval_draws_a_different_seed_for_every_task():
   every task (the old eval) all 64 tasks draw the same choice and the rate is 0 or 1."""
   import numpy as np
 
-  from rl.rollout import evaluate
+  from rl.runtime.evaluation import evaluate
 
   def coin(task, tid, seed):
     seg = agent.Segment([1, 2], [0, 1], [0.0, -0.7], [-1, 0])

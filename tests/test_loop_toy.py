@@ -11,9 +11,10 @@ import pytest
 
 from configs import toy
 from envs.sandbox import testing as sandbox_testing
-from rl import experiment
-from rl.telemetry import read_metrics, series
-from rl.trajectory_store import TrajectoryStore
+from rl import config as rl_config
+from rl.runtime import run as rl_run
+from rl.runtime.telemetry import read_metrics, series
+from rl.runtime.trajectory_store import TrajectoryStore
 
 
 @pytest.fixture(autouse=True)
@@ -29,8 +30,8 @@ def _improvement(workdir, k=4):
 
 
 def test_sync_toy_run_improves(tmp_path):
-  exp = experiment.to_experiment(toy.get_config())
-  summary = experiment.run(exp, str(tmp_path))
+  exp = rl_config.to_experiment(toy.get_config())
+  summary = rl_run.run(exp, str(tmp_path))
   assert summary["step"] == exp.loop.steps
   first, last, _ = _improvement(tmp_path)
   assert last >= first + 0.1, (first, last)
@@ -64,12 +65,12 @@ def test_async_toy_run_improves_within_staleness_despite_dead_sandboxes(tmp_path
   c = toy.get_config()
   c.loop.mode, c.loop.max_staleness = "async", 1
   c.train.loss.decoupled = True
-  exp = experiment.to_experiment(c)
+  exp = rl_config.to_experiment(c)
   stop, killed = threading.Event(), []
   killer = threading.Thread(target=_kill_sandboxes, args=(tmp_path, stop, killed, exp.loop.steps))
   killer.start()
   try:
-    summary = experiment.run(exp, str(tmp_path))
+    summary = rl_run.run(exp, str(tmp_path))
   finally:
     stop.set()
     killer.join()

@@ -79,9 +79,9 @@ def test_demo_entry_point_runs(tmp_path):
 def test_trained_bpe_round_trip_save_load_and_experiment_spec(tmp_path):
   import pytest
 
-  from envs import agent, procedural
+  from envs import procedural, tool_format
   from models.tokenizer import HFTokenizer, save_tokenizer, train_bpe
-  from rl.experiment import load_tokenizer
+  from rl.runtime.replica import load_tokenizer
 
   tasks = [procedural.generate("echo_word", s) for s in range(300)]
   texts = [t.instruction for t in tasks] + [t.solution_script for t in tasks]
@@ -95,7 +95,7 @@ def test_trained_bpe_round_trip_save_load_and_experiment_spec(tmp_path):
   assert len(words) < len(tasks[0].instruction.encode()) / 2  # merges learned from the corpus
   # Token-exact copying: a name reads the same in the instruction and in the command.
   script = tasks[0].solution_script.strip()
-  name, cmd = script.split("> ")[1], agent.format_tool_call("shell", command=script)
+  name, cmd = script.split("> ")[1], tool_format.format_tool_call("shell", command=script)
   assert " ".join(map(str, tok.encode(" " + name))) in " ".join(map(str, tok.encode(cmd)))
 
   save_tokenizer(tok, tmp_path / "t")

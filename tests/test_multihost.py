@@ -1,7 +1,7 @@
 """Multi-host JAX: 2 processes x 4 CPU devices against 1 process x 8 devices.
 
 The same sharded GRPO step (rl.train_step) runs in both layouts and must give the same
-metrics and parameters; orbax checkpoints (rl.checkpoint) saved by the 2 processes restore
+metrics and parameters; orbax checkpoints (rl.runtime.checkpoint) saved by the 2 processes restore
 in 1 process and the other way round. The workers are this file run as a script, joined
 through `parallel.distributed` with a coordinator on 127.0.0.1.
 """
@@ -101,7 +101,7 @@ def _max_diff(a, b):
 
 
 def _worker(out_dir: str) -> None:
-  from rl.checkpoint import Checkpointer
+  from rl.runtime.checkpoint import Checkpointer
 
   dist = distributed.initialize_from_flags_or_env()
   assert jax.process_count() == 2 and jax.device_count() == 8 and jax.local_device_count() == 4
@@ -173,7 +173,7 @@ def _spawn_workers(out_dir: str, timeout: float = 600.0):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """The single-process run (saving its checkpoint first), then the 2-process run."""
-  from rl.checkpoint import Checkpointer
+  from rl.runtime.checkpoint import Checkpointer
 
   out = str(tmp_path_factory.mktemp("multihost"))
   mesh, state, shardings, step = _setup(dict(data=2, fsdp=2, tensor=2))
@@ -206,7 +206,7 @@ def test_two_processes_match_one_process(runs):
 
 def test_checkpoint_from_two_processes_restores_in_one(runs):
   from parallel.mesh import MeshConfig, make_mesh
-  from rl.checkpoint import Checkpointer
+  from rl.runtime.checkpoint import Checkpointer
   from rl.train_state import state_shardings
 
   # Restore onto another layout (fsdp=8) than the one saved, so the shards are re-cut.

@@ -1,7 +1,7 @@
 """`launch.train` as 2 processes x 2 CPU devices (coordinator 127.0.0.1) against 1 process x 4.
 
 Process 0 runs rollouts in real bubblewrap sandboxes, the engine and telemetry; process 1 only
-follows its device work (rl/multihost.py). Process 1 gets SIGTERM once step 1 is logged: process
+follows its device work (rl/runtime/multihost.py). Process 1 gets SIGTERM once step 1 is logged: process
 0 must stop both at a step boundary. Both processes end with the same parameters (each prints a
 digest of its shards; process 0 also compares every replica), and every step they trained is the
 step of a 1-process run on the same data=2 x fsdp=2 mesh: the same trajectory ids, the same loss,
@@ -25,8 +25,8 @@ import jax
 import numpy as np
 import pytest
 
-from rl.telemetry import read_metrics
-from rl.trajectory_store import TrajectoryStore
+from rl.runtime.telemetry import read_metrics
+from rl.runtime.trajectory_store import TrajectoryStore
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +120,8 @@ def _final_params(workdir: pathlib.Path, step: int):
   """The step's checkpointed params, restored on a data=2 x fsdp=2 mesh of this process."""
   from configs import toy
   from parallel.mesh import make_mesh
-  from rl.checkpoint import Checkpointer
-  from rl.experiment import to_experiment
+  from rl.config import to_experiment
+  from rl.runtime.checkpoint import Checkpointer
   from rl.train_state import create_train_state
 
   exp = to_experiment(toy.get_config())

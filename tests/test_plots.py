@@ -1,8 +1,8 @@
-"""rl.telemetry.plot_curves: one PNG per metric group, rates on their own panel."""
+"""rl.runtime.telemetry.plot_curves: one PNG per metric group, rates on their own panel."""
 
 import json
 
-from rl.telemetry import plot_curves, split_panels
+from rl.runtime.telemetry import plot_curves, split_panels
 
 
 def test_rates_get_their_own_panel():

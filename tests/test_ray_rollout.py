@@ -13,12 +13,13 @@ import jax
 import numpy as np
 import pytest
 
-from envs import agent, procedural
+from envs import agent, procedural, tool_format
 from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
 from models import config as mcfg
 from models import transformer
 from models.tokenizer import ByteTokenizer
-from rl import ray_rollout
+from rl import config as rl_config
+from rl.runtime import fleet as fleet_lib
 
 TOK = ByteTokenizer()
 MODEL = mcfg.tiny("qwen3", vocab_size=TOK.vocab_size, max_seq_len=512)
@@ -27,12 +28,15 @@ AGENT = agent.AgentConfig(max_turns=1, max_new_tokens=24, max_context_tokens=480
 
 @pytest.fixture(scope="module")
 def fleet(sandbox_image):  # noqa: F811
-  cfg = ray_rollout.RayConfig(num_workers=2, max_inflight_per_worker=2, worker_num_cpus=0.5)
-  spec = ray_rollout.WorkerSpec(
-    model_cfg=MODEL, agent_cfg=AGENT, system_prompt="", slots=4, max_seq_len=512
+  cfg = rl_config.RayConfig(num_workers=2, max_inflight_per_worker=2, worker_num_cpus=0.5)
+  spec = fleet_lib.WorkerSpec(
+    model_cfg=MODEL,
+    engine=rl_config.EngineConfig(slots=4, max_seq_len=512),
+    env=rl_config.EnvConfig(system_prompt=""),
+    agent=AGENT,
   )
   params = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
-  f = ray_rollout.RolloutFleet(cfg, spec, params)
+  f = fleet_lib.RolloutFleet(cfg, spec, params)
   yield f
   f.close()
   f.ray.shutdown()
@@ -78,8 +82,8 @@ def test_fleet_runs_real_episodes_on_both_workers(fleet):
   policy = agent.ScriptedPolicy(
     TOK,
     [
-      agent.format_tool_call("shell", command=t.solution_script.strip()),
-      agent.format_tool_call("finish"),
+      tool_format.format_tool_call("shell", command=t.solution_script.strip()),
+      tool_format.format_tool_call("finish"),
     ],
   )
   long = dataclasses.replace(AGENT, max_new_tokens=256)  # the whole tool call in one turn

@@ -17,7 +17,7 @@ import sys
 import time
 
 from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
-from rl.trajectory_store import TrajectoryStore
+from rl.runtime.trajectory_store import TrajectoryStore
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STEPS, GROUPS, SAMPLES = 4, 2, 2

@@ -7,13 +7,15 @@ import dataclasses
 import threading
 import time
 
-from envs import agent, procedural
+from envs import agent, procedural, tool_format
+from envs.episodes import Outcome, SandboxEpisodes
 from envs.sandbox.base import SandboxError
 from envs.task import Task, TestSpec
 from models.tokenizer import ByteTokenizer
-from rl.buffer import StalenessBuffer
-from rl.rollout import Outcome, RolloutConfig, RolloutManager, SandboxEpisodes
-from rl.trajectory_store import TrajectoryStore
+from rl.config import RolloutConfig
+from rl.runtime.buffer import StalenessBuffer
+from rl.runtime.rollout import RolloutManager
+from rl.runtime.trajectory_store import TrajectoryStore
 
 
 class Tasks:
@@ -25,6 +27,9 @@ class Tasks:
 
   def state_dict(self):
     return {}
+
+  def load_state_dict(self, state):
+    assert state == {}
 
 
 class Box:
@@ -166,12 +171,15 @@ def test_prefetch_is_off_without_prepare(tmp_path):
 def test_a_prefetched_bwrap_sandbox_runs_its_episode():
   tok = ByteTokenizer()
   acfg = agent.AgentConfig(max_turns=2, max_new_tokens=256, max_context_tokens=2048)
-  eps = SandboxEpisodes(None, agent.ChatFormat(tok, ""), acfg)
+  eps = SandboxEpisodes(None, tool_format.ChatFormat(tok, ""), acfg)
   task = procedural.generate("echo_word", 3)
   task = dataclasses.replace(task, setup_script="echo set-up >> setup.log\n")
   # passes only if set-up ran exactly once, in the sandbox the episode used
   cmd = f'test "$(cat setup.log)" = set-up && {task.solution_script.strip()}'
-  calls = [agent.format_tool_call("shell", command=cmd), agent.format_tool_call("finish")]
+  calls = [
+    tool_format.format_tool_call("shell", command=cmd),
+    tool_format.format_tool_call("finish"),
+  ]
   ts = eps.prepare(task)
   out = eps(task, "t", 0, policy=agent.ScriptedPolicy(tok, calls), prepared=ts)
   assert out.infra_error is None and out.passed
@@ -191,13 +199,12 @@ def test_a_resumed_run_reissues_prefetched_groups(tmp_path):
     a.stop()
   assert first == [0, 1]
   assert {"2", "3"} <= set(snap["inflight"])
-  # resume as rl.loop does: restart rule, next id, re-issue the in-flight list
+  # resume as rl.runtime.trainer does: restart rule, next id, re-issue the in-flight list
   eps2 = PreparedEpisodes()
   eps2.version = 1  # the restored policy
   b, buf2 = _manager(tmp_path / "b", eps2, staleness=0, prefetch=3)
   buf2.restore(1, [])
-  b.next_group_id = snap["next_group_id"]
-  b.start({int(k): v for k, v in snap["inflight"].items()})
+  b.start(b.restore(snap))
   try:
     assert [g.group_id for g in buf2.get_batch(timeout=30)] == [2, 3]  # what `a` would train
   finally:

@@ -6,6 +6,7 @@ The create/exec/close cycle test runs 200 cycles on both backends; Docker's run 
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -18,8 +19,9 @@ import pytest
 
 from envs import sandbox as sandbox_lib
 from envs.sandbox import cgroups, common, testing
+from envs.sandbox import image as image_lib
 
-backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures
+backend, mode, sandbox_image = testing.backend, testing.mode, testing.sandbox_image  # fixtures
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 MANIFEST = r"""
@@ -30,7 +32,10 @@ for d in "$@"; do find "$d" -type f -print0; done | sort -z | xargs -0r sha256su
 
 def _manifest(sb) -> str:
   roots = " ".join(sb.writable_roots())
-  r = sb.exec(f"sh -s -- {roots}", stdin=MANIFEST)
+  script = MANIFEST
+  if sb.spec.mode == "container" and type(sb).__name__ == "DockerSandbox":
+    script = script.replace("%T@", "%Ts")  # committed image layers keep whole seconds
+  r = sb.exec(f"sh -s -- {roots}", stdin=script)
   assert r.exit_code == 0, r
   return r.stdout
 
@@ -51,8 +56,8 @@ def test_exec_basics(backend):
     assert sb.exec("pwd").stdout == "/workspace\n"  # every exec starts in the workdir
 
 
-def test_file_operations(backend, tmp_path):
-  with testing.make(backend) as sb:
+def test_file_operations(backend, mode, tmp_path):
+  with testing.make(backend, mode=mode) as sb:
     sb.write_file("a/b/c.txt", "text")
     sb.write_file("/tmp/bin.dat", bytes(range(256)), mode=0o600)
     sb.write_file("run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
@@ -63,8 +68,12 @@ def test_file_operations(backend, tmp_path):
       sb.read_file("nope.txt")
     with pytest.raises(IsADirectoryError):
       sb.read_file("a")
-    with pytest.raises(OSError):
-      sb.write_file("/etc/x", "no")  # read-only root
+    if mode == "readonly":
+      with pytest.raises(OSError):
+        sb.write_file("/etc/x", "no")  # read-only root
+    else:  # a writable root, owned by the sandbox's root
+      sb.write_file("/etc/x", "yes")
+      assert sb.exec("cat /etc/x; echo; stat -c %u /etc/x").stdout == "yes\n0\n"
     src = tmp_path / "src"
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "mod.py").write_text("X = 1\n")
@@ -74,13 +83,16 @@ def test_file_operations(backend, tmp_path):
     sb.upload(str(src), "proj")
     r = sb.exec("cd proj && ./tool && cat link && python3 -c 'import pkg.mod as m; print(m.X)'")
     assert r.stdout == "tool\nX = 1\n1\n", r
-    sb.exec("echo new > proj/pkg/new.txt && ln -s /usr/bin/python3 proj/py")
+    sb.exec("echo new > proj/pkg/new.txt && ln -s /usr/bin/python3 proj/py && ln -s ../.. proj/up")
+    sb.exec("ln proj/tool proj/hard")
     sb.download("proj", str(tmp_path / "back"))
     back = tmp_path / "back"
     assert (back / "pkg" / "new.txt").read_text() == "new\n"
     assert (back / "tool").stat().st_mode & 0o777 == 0o755
     assert os.readlink(back / "link") == "pkg/mod.py"
-    assert os.readlink(back / "py") == "/usr/bin/python3"  # kept as a link, never followed
+    # Absolute or escaping links and hard links are never materialised on the host.
+    assert not any(os.path.lexists(back / n) and os.path.islink(back / n) for n in ("py", "up"))
+    assert not (back / "hard").exists() or not (back / "hard").is_symlink()
     sb.upload(str(src / "tool"), "/tmp/single")
     sb.download("/tmp/single", str(tmp_path / "single"))
     assert (tmp_path / "single").read_bytes() == (src / "tool").read_bytes()
@@ -98,28 +110,30 @@ def _populate(sb) -> None:
   )
 
 
-def test_snapshot_restore_is_byte_identical(backend):
-  with testing.make(backend) as sb:
+def test_snapshot_restore_is_byte_identical(backend, mode):
+  with testing.make(backend, mode=mode) as sb:
     _populate(sb)
     before = _manifest(sb)
     snap = sb.snapshot()
     common.reap_stale_state()  # a live owner's snapshots are never reaped
-    assert os.path.isfile(snap)
     sb.exec(
       "rm -rf d link; echo changed > data.bin; chmod 600 old; echo extra > new; "
       "rm /tmp/t; echo z > /tmp/z; rm -rf ~/.cfg"
     )
+    if mode == "container":  # the whole root is writable state, and part of the snapshot
+      sb.exec("rm /etc/hosts; echo x > /usr/local/bin/extra")
     assert _manifest(sb) != before
     sb.restore(snap)
     assert _manifest(sb) == before
     sb.exec("echo again > new2")
     sb.restore(snap)  # a snapshot restores any number of times
     assert _manifest(sb) == before
-    with testing.make(backend) as other:  # and into another sandbox of the same backend
-      other.restore(snap)
-      assert _manifest(other) == before
-  with pytest.raises(KeyError):  # snapshots go with their sandbox
-    testing.make(backend).restore(snap)
+    if mode == "container":
+      assert sb.exec("test -f /etc/hosts && test ! -e /usr/local/bin/extra").exit_code == 0
+    with testing.make(backend, mode=mode) as other, pytest.raises(KeyError):
+      other.restore(snap)  # only the sandbox that issued a snapshot restores it
+    with pytest.raises(KeyError):
+      sb.restore(snap + "x")
 
 
 def test_cycles_leave_nothing_behind(backend):
@@ -156,23 +170,29 @@ def test_sixteen_concurrent_sandboxes(backend):
   assert not any(b.alive for b in boxes)
 
 
-def test_setup_script_layer_and_workspace_seed(backend):
+def test_setup_script_layer_and_workspace_seed(backend, mode):
   script = "mkdir -p /workspace/repo /opt/tool && echo seeded > /workspace/repo/README && " \
     "echo 'print(\"tool\")' > /opt/tool/t.py"  # fmt: skip
-  spec = sandbox_lib.SandboxSpec(setup_script=script)
+  spec = sandbox_lib.SandboxSpec(setup_script=script, mode=mode)
   with sandbox_lib.make(backend, spec) as sb:
     r = sb.exec("cat repo/README && python3 /opt/tool/t.py && stat -c %U repo/README")
-    assert r.stdout == "seeded\ntool\nagent\n", r
+    owner = "agent" if mode == "readonly" else "root"  # container mode: as in the image
+    assert r.stdout == f"seeded\ntool\n{owner}\n", r
     r = sb.exec("echo x > /opt/tool/y")
-    assert r.exit_code != 0  # the layer is read-only too
+    assert (r.exit_code != 0) == (mode == "readonly")  # read-only, or copy-on-write
+  layer = next(p for p in image_lib.cache_root().iterdir() if (p / "meta.json").exists()
+               and json.loads((p / "meta.json").read_text()).get("script") == script)  # fmt: skip
+  assert not (layer / "rootfs/opt/tool/y").exists()  # writes never reach the cached layer
 
 
 _ORPHAN = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
 from envs import sandbox
-sb = sandbox.make({backend!r}, sandbox.SandboxSpec())
+sb = sandbox.make({backend!r}, sandbox.SandboxSpec(mode="readonly"))
 sb.snapshot()
+c = sandbox.make({backend!r}, sandbox.SandboxSpec(mode="container"))
+c.snapshot()
 print(sb.name, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -198,9 +218,10 @@ def test_orphans_of_a_killed_owner_are_reaped(backend):
 
     api = docker_backend.client().api
     flt = {"label": f"{docker_backend.OWNER}={common.machine_id()}|{tag}"}
-    assert len(api.containers(all=True, filters=flt)) == 1
-    assert docker_backend.reap_orphans() >= 1
-    assert api.containers(all=True, filters=flt) == []
+    assert len(api.containers(all=True, filters=flt)) == 2
+    assert len(api.images(filters=flt)) == 1  # container mode's committed snapshot
+    assert docker_backend.reap_orphans() >= 3
+    assert api.containers(all=True, filters=flt) == [] and api.images(filters=flt) == []
 
 
 def test_teardown_on_sigterm_and_sigint(backend):

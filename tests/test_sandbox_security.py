@@ -1,4 +1,6 @@
-"""Isolation of both sandbox backends: network, host filesystem, root, processes, identity."""
+"""Isolation of both sandbox backends in both modes: network, host filesystem, root, processes,
+identity. The escape classes of container mode (strays, transfers, host disk, seccomp) are in
+test_sandbox_container.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import uuid
 from envs.sandbox import testing
 from envs.sandbox.testing import host_ip, make
 
-backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures
+backend, mode, sandbox_image = testing.backend, testing.mode, testing.sandbox_image  # fixtures
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -54,10 +56,23 @@ for host in sys.argv[2:]:
 """
 
 
-def test_no_network(backend):
+# Waits (up to 30 s) for the sandbox-local server instead of sleeping a fixed time.
+_LOCAL_GET = (
+  "import time, urllib.request as u\n"
+  "end = time.time() + 30\n"
+  "while True:\n"
+  "  try:\n"
+  "    print(u.urlopen('http://127.0.0.1:8765/').status); break\n"
+  "  except OSError:\n"
+  "    if time.time() > end: raise\n"
+  "    time.sleep(0.05)\n"
+)
+
+
+def test_no_network(backend, mode):
   srv = _Server()
   try:
-    with make(backend) as sb:
+    with make(backend, mode=mode) as sb:
       targets = ["127.0.0.1"] + ([ip] if (ip := host_ip()) else [])
       r = sb.exec(f"python3 -c '{_CONNECT}' {srv.port} {' '.join(targets)}", timeout_s=60)
       assert r.exit_code == 0, r
@@ -66,9 +81,9 @@ def test_no_network(backend):
       ifaces = sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").stdout.split()
       assert ifaces == ["lo"]
       # Its own loopback works (a sandbox-local server is fine), the host's is another one.
+      sb.write_file("/tmp/get.py", _LOCAL_GET)
       own = sb.exec(
-        "python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1; "
-        "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/').status)\"",
+        "python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & python3 /tmp/get.py",
         timeout_s=60,
       )
       assert own.stdout.strip() == "200", own
@@ -77,11 +92,11 @@ def test_no_network(backend):
     srv.close()
 
 
-def test_host_filesystem_and_other_workspaces_invisible(backend, tmp_path):
+def test_host_filesystem_and_other_workspaces_invisible(backend, mode, tmp_path):
   secret = tmp_path / f"secret-{uuid.uuid4().hex}"
   secret.write_text("host secret")
   marker = f"ws-marker-{uuid.uuid4().hex}"
-  with make(backend) as a, make(backend) as b:
+  with make(backend, mode=mode) as a, make(backend, mode=mode) as b:
     a.write_file(marker, "a's workspace")
     assert a.exec(f"test -f {marker}").exit_code == 0
     for path in (str(secret), str(tmp_path), str(REPO), str(REPO / "envs" / "sandbox")):
@@ -94,7 +109,7 @@ def test_host_filesystem_and_other_workspaces_invisible(backend, tmp_path):
 
 
 def test_root_filesystem_is_read_only(backend):
-  with make(backend) as sb:
+  with make(backend, mode="readonly") as sb:
     for path in ("/x", "/etc/passwd", "/usr/bin/python3", "/home/x"):
       r = sb.exec(f"echo pwned >> {path}")
       assert r.exit_code != 0, path
@@ -105,8 +120,8 @@ def test_root_filesystem_is_read_only(backend):
     assert r.exit_code == 0 and r.stdout == "ok\n", r
 
 
-def test_host_processes_invisible(backend):
-  with make(backend) as sb:
+def test_host_processes_invisible(backend, mode):
+  with make(backend, mode=mode) as sb:
     r = sb.exec("ps -e -o pid=,comm=")
     assert r.exit_code == 0, r
     comms = {ln.split()[1] for ln in r.stdout.splitlines()}
@@ -119,7 +134,7 @@ def test_host_processes_invisible(backend):
 
 
 def test_identity_is_unprivileged(backend):
-  with make(backend) as sb:
+  with make(backend, mode="readonly") as sb:
     r = sb.exec("id -u; id -g; grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; echo $HOME")
     lines = r.stdout.split()
     assert lines[0] == "1000" and lines[1] == "1000", r.stdout

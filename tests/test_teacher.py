@@ -8,14 +8,14 @@ import jax
 import numpy as np
 import pytest
 
-from envs import agent, procedural
+from envs import agent, procedural, tool_format
+from envs.episodes import SandboxEpisodes
 from models import transformer
 from models.config import tiny
 from models.engine import Engine
 from models.generator import Generator
 from models.tokenizer import ByteTokenizer
-from rl import experiment
-from rl.rollout import SandboxEpisodes
+from rl import warm_start
 
 CFG = tiny("qwen3", vocab_size=260, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
 
@@ -26,17 +26,17 @@ def episodes():
   params = jax.device_get(transformer.init(CFG, jax.random.key(0)))
   gen = Generator(Engine(CFG, params, max_concurrent_decodes=2, max_seq_len=256), tokenizer=tok)
   acfg = agent.AgentConfig(max_turns=2, max_new_tokens=96, max_context_tokens=256)
-  yield tok, SandboxEpisodes(gen, agent.ChatFormat(tok, ""), acfg)
+  yield tok, SandboxEpisodes(gen, tool_format.ChatFormat(tok, ""), acfg)
   gen.close()
 
 
 def test_reference_and_noisy_teacher(episodes):
   tok, eps = episodes
   tasks = [procedural.generate("echo_word", s) for s in range(10)]
-  ref = experiment.demonstrations(tasks, eps, tok, workers=4)
+  ref = warm_start.demonstrations(tasks, eps, tok, workers=4)
   assert len(ref) == 10 and all(d["passed"] for d in ref)
 
-  noisy = experiment.demonstrations(tasks, eps, tok, workers=4, teacher_accuracy=0.3, seed=5)
+  noisy = warm_start.demonstrations(tasks, eps, tok, workers=4, teacher_accuracy=0.3, seed=5)
   right = np.random.default_rng(5).random(10) < 0.3  # the same seeded draw as the teacher's
   assert 0 < right.sum() < 10  # both kinds occur with this seed
   assert len(noisy) == 10  # every demonstration kept, failed ones too
@@ -57,4 +57,4 @@ def test_noisy_teacher_needs_mistakes(episodes):
   tok, eps = episodes
   task = procedural.generate("sort_unique", 0)
   with pytest.raises(ValueError, match=r"sort_unique-0 has no teacher_mistakes"):
-    experiment.demonstrations([task] * 4, eps, tok, workers=2, teacher_accuracy=0.01)
+    warm_start.demonstrations([task] * 4, eps, tok, workers=2, teacher_accuracy=0.01)

@@ -1,4 +1,4 @@
-"""rl.experiment.warm_start on hand-made demonstrations (no sandbox): it fits them, and its
+"""rl.warm_start.warm_start on hand-made demonstrations (no sandbox): it fits them, and its
 entropy bonus (sft.entropy_coef) leaves a broader policy whose mode is still the demonstration."""
 
 import dataclasses
@@ -8,8 +8,10 @@ import numpy as np
 
 from models import transformer
 from models.config import tiny
-from rl import experiment
-from rl.experiment import Experiment, SFTConfig
+from rl import warm_start
+from rl.config import Experiment, SFTConfig
+from rl.runtime import multihost
+from rl.runtime import run as rl_run
 
 MODEL = tiny(
   "qwen3", vocab_size=32, d_model=32, n_layers=1, n_heads=2, head_dim=16, d_ff=64, max_seq_len=32
@@ -49,7 +51,9 @@ def _warm(entropy_coef: float):
   exp = dataclasses.replace(Experiment(), model=MODEL, sft=sft, devices=1)
   exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
   params = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
-  out = experiment.warm_start(exp, MODEL, experiment._mesh(exp), params, _demos(), None, 0)
+  out = warm_start.warm_start(
+    exp, MODEL, rl_run.training_mesh(exp), params, _demos(), None, 0, multihost.Local()
+  )
   return params, out.params
 
 
@@ -74,14 +78,14 @@ def test_carry_moments_hands_rl_the_second_moments_only():
 
   init = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
   exp = dataclasses.replace(Experiment(), model=MODEL, devices=1)
-  mesh = experiment._mesh(exp)
+  mesh = rl_run.training_mesh(exp)
   sft = SFTConfig(steps=6, batch_size=4, lr=1e-2, warmup_steps=2)
   exp = dataclasses.replace(exp, sft=sft)
   exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
-  ws = experiment.warm_start(exp, MODEL, mesh, init, _demos(), None, 0)
+  ws = warm_start.warm_start(exp, MODEL, mesh, init, _demos(), None, 0, multihost.Local())
   cfg = TrainConfig(optim=OptimConfig(lr=1e-3, warmup_steps=0))
   state, sh = create_train_state(MODEL, cfg, mesh, jax.random.key(0), params=ws.params)
-  out = experiment.carry_moments(state.opt_state, ws.opt_state, sh.opt_state)
+  out = warm_start.carry_moments(state.opt_state, ws.opt_state, sh.opt_state)
 
   def adam(s):
     is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731

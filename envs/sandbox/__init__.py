@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec, TransferLimitError
 
-__all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxSpec", "make", "register"]
+__all__ = [
+  "BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxSpec", "TransferLimitError",
+  "make", "register",
+]  # fmt: skip
 
 
 def _bwrap(spec: SandboxSpec, **kw) -> Sandbox:

@@ -1,7 +1,9 @@
 """The one Sandbox interface every backend implements.
 
-A sandbox is an isolated place to run model-generated shell commands: a read-only task
-root filesystem, a writable workspace, no network, and resource limits. Backends:
+A sandbox is an isolated place to run model-generated shell commands: no network, resource
+limits, and either a container-like root (mode "container": uid 0 inside a user namespace, a
+copy-on-write overlay of the image as a writable root) or a read-only root with a writable
+workspace (mode "readonly": a non-root user). Backends:
 `bwrap` (bubblewrap; the fast default) and `docker` (docker SDK; local or DOCKER_HOST).
 """
 
@@ -13,6 +15,14 @@ import dataclasses
 
 class SandboxError(RuntimeError):
   """An infrastructure failure (the sandbox died, the daemon failed): never a task failure."""
+
+
+class TransferLimitError(OSError):
+  """A file transfer or snapshot hit a host-side byte cap: caused by the sandbox's contents
+  (the agent's doing, not an infrastructure failure)."""
+
+
+MODES = ("container", "readonly")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +40,15 @@ class SandboxSpec:
   network: bool = False
   env: tuple[tuple[str, str], ...] = ()
   workdir: str = "/workspace"
-  user: str = "agent"  # non-root user inside the sandbox
+  # None: the mode's default user ("root" in container mode, "agent" in readonly mode)
+  user: str | None = None
   setup_script: str | None = None  # shell run once on top of the image at creation
+  # "container": uid 0 (or `user`) in a user namespace, the image as a copy-on-write writable
+  # root (disk_mb caps what is written anywhere). "readonly": read-only root, tmpfs workdir,
+  # /tmp and $HOME (disk_mb each), a non-root user.
+  mode: str = "container"
+  apt_packages: tuple[str, ...] = ()  # installed into a cached image layer at build time
+  pip_packages: tuple[str, ...] = ()  # likewise (pip requirement specifiers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +103,11 @@ class Sandbox(abc.ABC):
   @property
   @abc.abstractmethod
   def alive(self) -> bool: ...
+
+  def kill_strays(self) -> None:
+    """Kills every process of the sandbox but its init (by cgroup or pid namespace, never by
+    name), so nothing the agent left running survives into grading."""
+    raise NotImplementedError
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(processes now, forks refused at the pids limit), if the backend can tell."""

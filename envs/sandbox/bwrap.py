@@ -1,14 +1,20 @@
-"""The bubblewrap backend: namespaces, a read-only task root, tmpfs workspace, cgroup limits.
+"""The bubblewrap backend: namespaces, an overlay root (writable or read-only), cgroup limits.
 
 One sandbox is one `bwrap` process tree. Its pid 1 is a small shell loop (`common.INIT_SCRIPT`): it reaps
 orphans, ignores every signal (pid 1 of a pid namespace cannot be SIGKILLed from inside, so
 nothing the agent does can end the sandbox early) and exits at the end of the sandbox's life.
 Each exec enters the sandbox's user/mount/pid/net/ipc/uts namespaces with `nsenter`, after a
 tiny `sh` wrapper has put itself into the sandbox's cgroups (so a fork bomb cannot fork outside
-them before it is accounted). Host side, the sandbox runs as a leased unprivileged uid
-(`AGENTRL_UID_BASE` + n) when we are root, so RLIMIT_NPROC works as a fallback and an escape
-would land as nobody. The workspace, /tmp, /dev/shm and $HOME are size-capped tmpfs mounts
-that vanish with the mount namespace, so nothing is left on the host after close().
+them before it is accounted). As host root (the normal case) every sandbox gets its own user
+namespace over a leased block of 65536 unprivileged host uids and an overlay root (userns.py):
+in "container" mode the agent is uid 0 inside, writes anywhere (into a size-capped tmpfs upper
+layer) and keeps Docker's default capabilities minus the dangerous ones, within its namespace;
+in "readonly" mode the root is bound read-only and the workdir, /tmp and $HOME are tmpfs.
+Every exec runs under a seccomp filter with no-new-privileges (seccomp.py). File transfers
+enter only the mount and user namespaces (never the pid namespace), so no sandbox process can
+see, signal or ptrace them; snapshots of container mode are the upper layer, read host-side.
+Without root, bubblewrap runs as the caller (read-only mode only). Nothing is left on the host
+after close(): the mounts live in the sandbox's mount namespace.
 """
 
 from __future__ import annotations
@@ -22,13 +28,19 @@ import subprocess
 import threading
 import time
 
-from envs.sandbox import bwrap_host, cgroups, common, fileops
+from envs.sandbox import bwrap_host, cgroups, common, fileops, layers, seccomp, userns
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 from envs.sandbox.bwrap_host import run_setup_script
 
 # Exec wrapper: join each cgroup given before `--`, then exec the rest.
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# What uid 0 keeps in container mode (Docker's default set without NET_RAW, MKNOD, AUDIT_WRITE:
+# no network and no devices anyway); all within its own user namespace.
+CONTAINER_CAPS = (
+  "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+  "net_bind_service", "sys_chroot", "setfcap",
+)  # fmt: skip
 
 
 class BwrapSandbox(fileops.TarFileOps, Sandbox):
@@ -42,29 +54,41 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
   def _create(self, spec: SandboxSpec, cgroup_mode: str | None) -> None:
     self.spec, self._closed, self._lock = spec, False, threading.RLock()
     self.name = common.unique_name()
-    img = image_lib.resolve(spec.image)
-    if spec.setup_script:
-      img = image_lib.with_setup(img, spec.setup_script, run_setup_script)
-    self.uid, self.gid, self.home = img.user(spec.user)
-    rootfs = image_lib.ensure_rootfs(img, (spec.workdir, self.home))
     self._root = os.geteuid() == 0
-    if self._root:
-      image_lib.check_traversable(rootfs)
-    self._lease = bwrap_host.UidLease() if self._root else None
-    self.host_uid = self._lease.uid if self._lease else os.getuid()
-    support = cgroups.detect(cgroup_mode)
+    if not self._root and spec.mode == "container":
+      raise SandboxError(
+        "SandboxSpec.mode='container' on bwrap needs root on the host (user namespaces with "
+        "a uid range and an idmapped overlay); use mode='readonly' or the docker backend"
+      )
+    img = layers.resolve_spec_image(spec, run_setup_script)
+    self.image = img
+    self.user = common.user_name(spec)
+    self.uid, self.gid, self.home = img.user(self.user)
+    rootfs = image_lib.ensure_rootfs(img, (spec.workdir, self.home))
+    self._range = self._userns = self._upper = self._xfds = None
     self._cg, self._proc, self._oom_seen, self._broken = None, None, 0, False
+    support = cgroups.detect(cgroup_mode)
     self.limits_via = set(support.limits)
     self._t0 = time.monotonic()
     self._end = self._t0 + spec.episode_timeout_s
     try:
+      if self._root:
+        self._range = userns.RangeLease()
+        self._userns = userns.new_userns(self._range.base)
+        self._xfds = seccomp.ExecFds()
+        self.host_uid = self._range.base + self.uid
+      else:
+        self.host_uid = os.getuid()
       if support.mode != "none":
         mem, cpus = spec.memory_mb << 20, spec.cpus
         self._cg = cgroups.SandboxCgroup(support, self.name, mem, spec.pids, cpus)
+      self._rootfs = rootfs
       self._start(rootfs)
       common.register(self)
       seed = rootfs / spec.workdir.lstrip("/")
-      if any(seed.iterdir()):  # a setup layer left files in the workdir: copy them in
+      if spec.mode == "readonly" and self._root:  # bwrap mounted the tmpfs as uid 0
+        self._io(["chown", f"{self.uid}:{self.gid}", "--", spec.workdir, self.home])
+      if spec.mode == "readonly" and any(seed.iterdir()):  # the image's workdir files
         self.upload(str(seed), spec.workdir)
     except BaseException:
       self.close()
@@ -72,45 +96,67 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
 
   # --- start-up ---------------------------------------------------------------------------
 
-  def _bwrap_args(self, rootfs: pathlib.Path, info_fd: int, block_fd: int) -> list[str]:
+  def _bwrap_args(self, root: str, info_fd: int, block_fd: int) -> list[str]:
     s, mb = self.spec, 1 << 20
-    a = ["bwrap", "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
-    a += ["--unshare-cgroup-try"] + ([] if s.network else ["--unshare-net"])
-    if self._root:
-      a += ["--uid", str(self.uid), "--gid", str(self.gid), "--disable-userns"]
+    a = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    a += [] if s.network else ["--unshare-net"]
+    if self._root:  # our own namespace (uid 0..65535 mapped); bwrap's pid 1 runs as uid 0
+      a += ["--userns", str(self._userns), "--seccomp", str(self._seccomp_fd)]
     else:  # any other uid (or --disable-userns) nests a second user namespace, and nsenter,
       # unprivileged, could not reach the namespaces owned by the outer one: keep our own uid
-      a += ["--uid", str(os.getuid()), "--gid", str(os.getgid())]
-    a += ["--die-with-parent", "--new-session", "--as-pid-1", "--ro-bind", str(rootfs), "/"]
+      a += ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
+    bind = "--bind" if s.mode == "container" else "--ro-bind"
+    a += ["--die-with-parent", "--new-session", "--as-pid-1", bind, root, "/"]
     a += ["--proc", "/proc"] + (["--dev", "/dev"] if self._root else bwrap_host.plain_dev())
-    mounts = {self.home: (common.HOME_MB * mb, "0755"), "/dev/shm": (s.disk_mb * mb, "1777")}
-    mounts.update({"/tmp": (s.disk_mb * mb, "1777"), s.workdir: (s.disk_mb * mb, "0755")})
+    mounts = {"/dev/shm": (s.disk_mb * mb, "1777")}
+    if s.mode == "readonly":
+      mounts.update({self.home: (common.HOME_MB * mb, "0755"), "/tmp": (s.disk_mb * mb, "1777")})
+      mounts[s.workdir] = (s.disk_mb * mb, "0755")
     for path, (size, perms) in sorted(mounts.items(), key=lambda m: m[0].count("/")):
       a += ["--size", str(size), "--perms", perms, "--tmpfs", path]
-    a += [
-      "--hostname",
-      "sandbox",
-      "--chdir",
-      s.workdir,
-      "--clearenv",
-      "--setenv",
-      "PATH",
-      common.PATH,
-    ]
+    a += ["--hostname", "sandbox", "--chdir", s.workdir, "--clearenv"]
+    a += ["--setenv", "PATH", common.PATH]
     return a + ["--info-fd", str(info_fd), "--block-fd", str(block_fd)]
+
+  def _mount_root(self, rootfs: pathlib.Path) -> str:
+    """Host root: attaches the overlay at a private host folder until bwrap has taken it."""
+    if not self._root:
+      return str(rootfs)
+    if self._upper is None:
+      self._upper = userns.new_upper(self.spec.disk_mb << 20, self._range.base)
+    target = common.mount_dir() / self.name
+    target.mkdir(mode=0o700, exist_ok=True)
+    os.chown(target, self._range.base, self._range.base)
+    userns.attach_root(str(rootfs), self._userns, self._upper, str(target))
+    return str(target)
 
   def _start(self, rootfs: pathlib.Path) -> None:
     r_info, w_info = os.pipe()
     r_blk, w_blk = os.pipe()
-    args = self._bwrap_args(rootfs, w_info, r_blk)
+    fds = [w_info, r_blk]
+    self._seccomp_fd = -1
+    target = None
+    try:
+      root = self._mount_root(rootfs)
+      target = root if self._root else None
+      if self._root:
+        self._seccomp_fd = os.open(seccomp.filter_path(), os.O_RDONLY)
+        fds += [self._userns, self._seccomp_fd]
+      args = self._bwrap_args(root, w_info, r_blk)
+    except BaseException:
+      for fd in (r_info, w_info, r_blk, w_blk):
+        os.close(fd)
+      if target:
+        userns.detach(target)
+      raise
     life = self.spec.episode_timeout_s + common.LIFETIME_GRACE_S
     args += ["--", "/bin/sh", "-c", common.INIT_SCRIPT, *common.init_args(True, life)]
     if self._root:  # setpriv, not Popen(user=...): that disables vfork, and fork is slow
-      u = str(self.host_uid)
+      u = str(self._range.base)  # the namespace's owner (bwrap joins it with --userns)
       args = ["setpriv", f"--reuid={u}", f"--regid={u}", "--clear-groups", "--", *args]
     args = self._prlimit_prefix() + args  # set on itself: another process' would need a cap
     kw = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    kw.update(pass_fds=(w_info, r_blk), start_new_session=True, env={"PATH": common.PATH})
+    kw.update(pass_fds=tuple(fds), start_new_session=True, env={"PATH": common.PATH})
     try:
       self._proc = bwrap_host.popen_long_lived(args, **kw)
       for fd in (w_info, r_blk):
@@ -133,9 +179,12 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
           err = os.read(self._proc.stderr.fileno(), 1 << 16)
       raise SandboxError(f"bwrap failed to start: {err.decode(errors='replace')} {e!r}") from e
     finally:
-      for fd in (r_info, w_info, r_blk, w_blk):
+      for fd in (r_info, w_info, r_blk, w_blk, self._seccomp_fd):
         if fd >= 0:
           os.close(fd)
+      if target:  # the sandbox holds its own copy of the mount now
+        userns.detach(target)
+        os.rmdir(target)
       if self._proc is not None:  # pid 1 ignores SIGPIPE; nothing else writes there
         self._proc.stdout.close()
         self._proc.stderr.close()
@@ -156,6 +205,8 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     out = []
     if "pids" not in self.limits_via:
       extra = 3 if self._root else bwrap_host.count_procs(os.getuid())  # monitor, pid 1, its sleep
+      if self._root:  # every exec's processes count against the sandbox's own uid
+        extra = 0
       out.append(("RLIMIT_NPROC", self.spec.pids + extra))
     if "memory" not in self.limits_via:
       out.append(("RLIMIT_AS", self.spec.memory_mb << 20))
@@ -174,8 +225,30 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       pre = ["/bin/sh", "-c", _JOIN, "sh", *self._cg.procs_files(leaf), "--"]
     pre += self._prlimit_prefix()
     ns = ["-U", "-m", "-i", "-u", "-p"] + ([] if self.spec.network else ["-n"])
-    cred = ["-S", str(self.uid), "-G", str(self.gid)] if self._root else ["--preserve-credentials"]
-    return [*pre, "nsenter", "-t", str(self.pid1), *ns, "-r", "-w", *cred, "--"]
+    if not self._root:
+      return [
+        *pre,
+        "nsenter",
+        "-t",
+        str(self.pid1),
+        *ns,
+        "-r",
+        "-w",
+        "--preserve-credentials",
+        "--",
+      ]
+    keep = CONTAINER_CAPS if self.spec.mode == "container" else ()
+    cred = ["-S", str(self.uid), "-G", str(self.gid)]
+    post = self._xfds.argv(keep)  # after nsenter's setns, which resets the bounding set
+    return [*pre, "nsenter", "-t", str(self.pid1), *ns, "-r", "-w", *cred, "--", *post]
+
+  def _io_argv(self) -> list[str]:
+    """File operations: uid 0 of the sandbox's user namespace in its mount namespace, never in
+    its pid namespace or cgroups (no sandbox process can see, signal or ptrace them)."""
+    ns = ["-U", "-m"] + ([] if self.spec.network else ["-n"])
+    if not self._root:
+      return ["nsenter", "-t", str(self.pid1), *ns, "-r", "-w", "--preserve-credentials", "--"]
+    return ["nsenter", "-t", str(self.pid1), *ns, "-r", "-w", "-S", "0", "-G", "0", "--"]
 
   def _check_open(self) -> None:
     if self._closed:
@@ -194,6 +267,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       stderr=subprocess.PIPE,
       env=common.sandbox_env(self.spec, self.home, tag),
       start_new_session=True,
+      pass_fds=(self._xfds.wrapper, self._xfds.filter) if self._xfds else (),
     )
     return p, leaf
 
@@ -253,24 +327,76 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       oom, self._oom_seen = n > self._oom_seen, max(n, self._oom_seen)
     return common.make_result(rc, out, err, timed_out, t0, oom)
 
-  def _run(self, argv, stdin=None, stdout=None, timeout_s: float | None = None):
-    """Runs argv inside as the sandbox user, uncapped (file operations); see TarFileOps."""
-    t0 = time.monotonic()
-    deadline = t0 + (timeout_s or self._io_timeout())
-    tag = f"{self.name}-io-{time.monotonic_ns()}"
+  def _run(self, argv, stdin=None, stdout=None, timeout_s: float | None = None, cap=None):
+    """Runs argv as the sandbox's root in its mount namespace only (file operations; see
+    TarFileOps): stdout goes through a host-side pipe, capped at `cap` bytes."""
+    self._check_open()
+    deadline = time.monotonic() + (timeout_s or self._io_timeout())
     data = stdin if isinstance(stdin, bytes | bytearray) else None
     pin = subprocess.PIPE if data is not None else (stdin or subprocess.DEVNULL)
-    p, leaf = self._spawn_inside(argv, pin, stdout or subprocess.PIPE, tag)
-    out, err = common.Capped(None), common.Capped(1 << 20)
-    sinks = {p.stderr.fileno(): err}
-    if stdout is None:
-      sinks[p.stdout.fileno()] = out
-    hit = common.pump(p, sinks, bytes(data) if data is not None else None, deadline)
-    rc, timed_out = self._finish(p, leaf, tag, deadline, hit)
+    p = subprocess.Popen(
+      self._io_argv() + argv,
+      stdin=pin,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      env={"PATH": common.PATH, "HOME": "/root", "LANG": "C.UTF-8"},
+      start_new_session=True,
+    )
+    out, err = common.Capped(cap, sink=stdout), common.Capped(1 << 20)
+    sinks = {p.stdout.fileno(): out, p.stderr.fileno(): err}
+    try:
+      hit = common.pump(p, sinks, bytes(data) if data is not None else None, deadline, stop=out)
+      if not hit and not out.dropped:
+        try:  # the output ended: the process is about to exit
+          p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+          hit = True
+    finally:
+      if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+      rc = common.normalize_rc(p.wait())
+      p.stdout.close()
+      p.stderr.close()
     self._check_open()
-    if timed_out:
+    common.check_transfer(out, cap, argv)
+    if hit:
       raise SandboxError(f"file operation {argv[:3]} timed out")
     return rc, bytes(out.buf), bytes(err.buf)
+
+  def _io(self, argv) -> None:
+    rc, _, err = self._run(argv)
+    if rc != 0:
+      raise SandboxError(f"{argv[0]} failed in the sandbox: {err.decode(errors='replace')}")
+
+  # --- snapshots (container mode: the upper layer, read and written host-side) -------------
+
+  def _snapshot_to(self, f, cap: int) -> None:
+    if self.spec.mode != "container" or not self._root:
+      return super()._snapshot_to(f, cap)
+    argv = ["tar", "-C", f"/proc/self/fd/{self._upper}/u", "--xattrs", "--xattrs-include=*"]
+    argv += ["--sparse", "--numeric-owner", "-cf", "-", "."]
+    rc, err = common.run_capped(argv, f, cap, self._io_timeout(), pass_fds=(self._upper,))
+    if rc not in (0, 1):  # 1: a file changed while being read
+      raise SandboxError(f"snapshot failed (exit {rc}): {err[-2000:]}")
+
+  def _restore_from(self, path: str) -> None:
+    if self.spec.mode != "container" or not self._root:
+      return super()._restore_from(path)
+    upper = userns.new_upper(self.spec.disk_mb << 20, self._range.base)
+    try:
+      argv = ["tar", "-C", f"/proc/self/fd/{upper}/u", "--xattrs", "--xattrs-include=*"]
+      argv += ["--numeric-owner", "--same-owner", "-xpf", path]
+      p = subprocess.run(argv, capture_output=True, pass_fds=(upper,), timeout=self._io_timeout())
+      if p.returncode != 0:
+        raise SandboxError(f"restore failed: {p.stderr.decode(errors='replace')[-2000:]}")
+    except BaseException:
+      os.close(upper)
+      raise
+    with self._lock:  # the whole sandbox restarts on the restored layer (namespaces anew)
+      self._stop_pid1()
+      os.close(self._upper)
+      self._upper = upper
+      self._start(self._rootfs)
 
   # --- state ------------------------------------------------------------------------------
 
@@ -288,24 +414,50 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     """(tasks now, forks refused at the pids limit) when a pids cgroup enforces the limit."""
     return self._cg.pids_stats() if self._cg is not None else None
 
+  def kill_strays(self) -> None:
+    self._check_open()
+    if self._cg is not None and self._cg.kill_leaves(spare="init"):
+      return
+    # No tracking cgroup: kill(-1) inside the pid namespace (no login shell the agent could
+    # have rigged) kills everything the exec's uid may signal but pid 1.
+    tag = f"{self.name}-kill-{time.monotonic_ns()}"
+    argv = ["/bin/sh", "-c", common.KILL_ALL]
+    p, leaf = self._spawn_inside(argv, subprocess.DEVNULL, subprocess.DEVNULL, tag)
+    rc, timed_out = self._finish(p, leaf, tag, time.monotonic() + 30, False)
+    if rc != 0 or timed_out:
+      raise SandboxError(f"could not kill the sandbox's processes (exit {rc})")
+
+  def _stop_pid1(self) -> None:
+    if self._proc is not None:
+      self._proc.kill()
+    if hasattr(self, "pid1"):  # pid 1 gone <=> every process of its pid namespace gone
+      bwrap_host.kill_quietly(self.pid1)
+      select.select([self._pidfd], [], [], 30)
+      os.close(self._pidfd)
+      del self.pid1
+    if self._proc is not None:
+      self._proc.wait(timeout=30)
+    if self._cg is not None:  # kills what is left (host-side nsenter of a running exec)
+      self._cg.kill()
+
   def close(self) -> None:
     with self._lock:
       if self._closed:
         return
       self._closed = True
     try:
-      if self._proc is not None:
-        self._proc.kill()
-      if hasattr(self, "pid1"):  # pid 1 gone <=> every process of its pid namespace gone
-        bwrap_host.kill_quietly(self.pid1)
-        select.select([self._pidfd], [], [], 30)
-        os.close(self._pidfd)
-      if self._proc is not None:
-        self._proc.wait(timeout=30)
-      if self._cg is not None:  # kills what is left (host-side nsenter of a running exec)
+      self._stop_pid1()
+      if self._cg is not None:
         self._cg.destroy()
     finally:
-      if self._lease is not None:
-        self._lease.release()
+      for fd in (self._upper, self._userns):
+        if fd is not None:
+          os.close(fd)
+      self._upper = self._userns = None
+      if self._xfds is not None:
+        self._xfds.close()
+        self._xfds = None
+      if self._range is not None:
+        self._range.release()
       self._drop_snapshots()
       common.unregister(self)

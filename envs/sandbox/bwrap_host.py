@@ -1,4 +1,4 @@
-"""Host-side helpers of the bubblewrap backend: sandbox uids, a long-lived spawner thread,
+"""Host-side helpers of the bubblewrap backend: a long-lived spawner thread,
 process killing, /dev without devpts, and the setup-script runner for image layers."""
 
 from __future__ import annotations
@@ -6,41 +6,14 @@ from __future__ import annotations
 import os
 import pathlib
 import queue
-import random
 import select
 import signal
-import socket
 import subprocess
 import threading
 import time
 
 from envs.sandbox import cgroups, common
 from envs.sandbox.base import SandboxError
-
-
-class UidLease:
-  """An unprivileged host uid no other live sandbox uses (an abstract socket name is the lock:
-  the kernel frees it when this process dies, so there is no lock file to leak)."""
-
-  BASE = int(os.environ.get("AGENTRL_UID_BASE", "1700000000"))
-  COUNT = 1 << 16
-
-  def __init__(self):
-    start = random.randrange(self.COUNT)
-    for i in range(self.COUNT):
-      uid = self.BASE + (start + i) % self.COUNT
-      s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-      try:
-        s.bind(b"\0agentrl-uid-%d" % uid)
-      except OSError:
-        s.close()
-        continue
-      self.uid, self._sock = uid, s
-      return
-    raise SandboxError("no free sandbox uid")
-
-  def release(self) -> None:
-    self._sock.close()
 
 
 class _Spawner:

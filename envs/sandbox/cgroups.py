@@ -287,6 +287,13 @@ class SandboxCgroup:
       return all(kill_tree(d, None) for _, d in self.dirs)
     return False  # no tracking tree: the caller falls back to process groups
 
+  def kill_leaves(self, spare: str = "init") -> bool:
+    """Kills the processes of every exec leaf (not `spare`); False without a tracking tree."""
+    if self.track is None:
+      return False
+    leaves = [d for d in _subdirs(self.track) if d.name != spare]
+    return all([kill_tree(d, self.support.track_kind) for d in leaves])
+
   def drop_leaf(self, leaf: str) -> None:
     """Recycles an exec's leaf once its processes are all gone (background ones keep it)."""
     if self.track is None or not (self.track / leaf / "cgroup.procs").read_text().strip():

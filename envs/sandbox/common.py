@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import os
 import pathlib
+import re
 import selectors
 import shutil
 import signal
@@ -20,7 +21,7 @@ import threading
 import time
 import weakref
 
-from envs.sandbox.base import ExecResult, Sandbox, SandboxError
+from envs.sandbox.base import MODES, ExecResult, Sandbox, SandboxError, TransferLimitError
 
 LIFETIME_GRACE_S = 60.0  # a sandbox outlives its episode by this much (grading, snapshots)
 HOME_MB = 64  # $HOME is a tmpfs of this size
@@ -40,6 +41,9 @@ INIT_SCRIPT = (
 )
 
 
+_PKG_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?")
+
+
 def init_args(ready: bool, life_s: float) -> list[str]:
   """argv of INIT_SCRIPT after `sh -c INIT_SCRIPT`."""
   return ["init", "ready" if ready else "", str(int(time.time() + life_s)), str(int(life_s))]
@@ -56,7 +60,22 @@ def check_spec(spec) -> None:
     ("episode_timeout_s", spec.episode_timeout_s > 0, "must be > 0"),
     ("max_output_bytes", spec.max_output_bytes >= 0, "must be >= 0"),
     ("image", bool(spec.image), "must name an image ('default' or an id)"),
-    ("user", bool(spec.user) and ":" not in spec.user, "must be a user name of the image"),
+    (
+      "user",
+      spec.user is None or (bool(spec.user) and ":" not in spec.user),
+      "must be None or a user name of the image",
+    ),
+    ("mode", spec.mode in MODES, f"must be one of {MODES}"),
+    (
+      "apt_packages",
+      all(_PKG_RE.fullmatch(p) for p in spec.apt_packages),
+      "want Debian package names",
+    ),
+    (
+      "pip_packages",
+      all(p and p.strip() == p and not p.startswith("-") for p in spec.pip_packages),
+      "want pip requirement specifiers (no options)",
+    ),
     (
       "workdir",
       spec.workdir.startswith("/") and os.path.normpath(spec.workdir) == spec.workdir != "/",
@@ -71,9 +90,15 @@ def check_spec(spec) -> None:
       raise ValueError(f"SandboxSpec.env entry {kv!r}: want (NAME, value) without '=' or NUL")
 
 
+def user_name(spec) -> str:
+  """The user execs run as: spec.user, else the mode's default."""
+  return spec.user or ("root" if spec.mode == "container" else "agent")
+
+
 def sandbox_env(spec, home: str, tag: str) -> dict[str, str]:
   """The environment of every exec: fixed basics, the exec's kill tag, then spec.env."""
-  env = {"PATH": PATH, "HOME": home, "USER": spec.user, "LOGNAME": spec.user}
+  user = user_name(spec)
+  env = {"PATH": PATH, "HOME": home, "USER": user, "LOGNAME": user}
   env.update(SHELL="/bin/bash", LANG="C.UTF-8", TERM="dumb", AGENTRL_EXEC=tag)
   env.update(dict(spec.env))
   return env
@@ -134,8 +159,30 @@ def unique_name() -> str:
   return f"{owner_tag()}-{next(_SEQ)}"
 
 
+# Kills every process the caller may signal but itself and pid 1 (kill(-1) skips both), until
+# only they are left: no process names or /proc fields are parsed.
+KILL_ALL = (
+  "for i in $(seq 50); do kill -9 -1 2>/dev/null || exit 0; "
+  "set -- /proc/[0-9]*; [ $# -le 3 ] && exit 0; done; exit 0"
+)
+
+
+def mount_dir() -> pathlib.Path:
+  """Host folder where overlay roots are attached for a moment (traversable by sandbox uids)."""
+  p = runtime_root() / "mnt"
+  p.mkdir(mode=0o711, exist_ok=True)
+  runtime_root().chmod(0o711)
+  return p
+
+
 def reap_stale_state() -> int:
   n = 0
+  if (mnt := runtime_root() / "mnt").is_dir():  # a root left attached by a killed owner
+    for d in mnt.iterdir():
+      if not owner_alive(d.name.split("-", 1)[0]):
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+        with contextlib.suppress(OSError):
+          d.rmdir()
   for d in runtime_root().iterdir():
     if d.is_dir() and not owner_alive(d.name.split("-", 1)[0]):
       shutil.rmtree(d, ignore_errors=True)
@@ -266,19 +313,55 @@ def install_teardown() -> None:
 
 
 class Capped:
-  """Keeps the first `cap` bytes of a stream; counts (and drops) the rest."""
+  """Keeps the first `cap` bytes of a stream (in memory, or written to `sink`, a binary file);
+  counts (and drops) the rest."""
 
-  def __init__(self, cap: int | None):
-    self.cap, self.buf, self.dropped = cap, bytearray(), 0
+  def __init__(self, cap: int | None, sink=None):
+    self.cap, self.buf, self.dropped, self.sink, self.n = cap, bytearray(), 0, sink, 0
 
   def add(self, data: bytes) -> None:
-    if self.cap is None:
-      self.buf += data
-      return
-    room = self.cap - len(self.buf)
-    if room > 0:
-      self.buf += data[:room]
-    self.dropped += max(0, len(data) - max(room, 0))
+    room = len(data) if self.cap is None else max(0, self.cap - self.n)
+    keep = data[:room]
+    if self.sink is not None:
+      self.sink.write(keep)
+    else:
+      self.buf += keep
+    self.n += len(keep)
+    self.dropped += len(data) - len(keep)
+
+
+def check_transfer(out: Capped, cap: int | None, what) -> None:
+  """TransferLimitError when a capped transfer overflowed."""
+  if out.dropped:
+    raise TransferLimitError(f"{what!r}: more than {cap} bytes (the host-side cap)")
+
+
+def run_capped(argv, sink, cap: int, timeout_s: float, pass_fds=()) -> tuple[int, str]:
+  """Runs a host-side command whose stdout goes to `sink`, at most `cap` bytes (else
+  TransferLimitError); returns (exit status, stderr)."""
+  p = subprocess.Popen(
+    argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds,
+    stdin=subprocess.DEVNULL, start_new_session=True,
+  )  # fmt: skip
+  out, err = Capped(cap, sink=sink), Capped(1 << 20)
+  try:
+    hit = pump(p, {p.stdout.fileno(): out, p.stderr.fileno(): err}, None,
+               time.monotonic() + timeout_s, stop=out)  # fmt: skip
+    if not hit and not out.dropped:
+      try:
+        p.wait(timeout=timeout_s)
+      except subprocess.TimeoutExpired:
+        hit = True
+  finally:
+    if p.poll() is None:
+      os.killpg(p.pid, signal.SIGKILL)
+    rc = p.wait()
+    p.stdout.close()
+    p.stderr.close()
+  check_transfer(out, cap, argv[:2])
+  if hit:
+    raise SandboxError(f"{argv[:2]} timed out")
+  return rc, err.buf.decode(errors="replace")
 
 
 def pump(
@@ -287,9 +370,11 @@ def pump(
   stdin: bytes | None,
   deadline: float,
   grace_s: float = 0.1,
+  stop: Capped | None = None,
 ) -> bool:
   """Feeds `stdin`, reads the fds in `sinks` until EOF (or `grace_s` after the process exits:
-  a background child may hold a pipe open) or `deadline`. True if the deadline was hit."""
+  a background child may hold a pipe open) or `deadline`, or until `stop` overflows its cap.
+  True if the deadline was hit."""
   sel = selectors.DefaultSelector()
   for fd in sinks:
     os.set_blocking(fd, False)
@@ -326,6 +411,8 @@ def pump(
           data = os.read(fd, 1 << 16)
           if data:
             sinks[fd].add(data)
+            if stop is not None and stop.dropped:
+              return False
           else:
             sel.unregister(fd)
             readers -= 1

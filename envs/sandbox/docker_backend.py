@@ -1,15 +1,22 @@
 """The Docker backend (docker SDK; the local daemon or DOCKER_HOST).
 
-A sandbox is one container of the task image (`agentrl-task:<id>`): read-only root, tmpfs
-workspace, /tmp, /dev/shm and $HOME with size caps, no network, all capabilities dropped,
-no-new-privileges, a non-root user, memory/CPU/pids limits. pid 1 is the same signal-proof
+A sandbox is one container of the task image (`agentrl-task:<id>`), no network,
+no-new-privileges, memory/CPU/pids limits. Mode "container" (Docker's own behaviour): the
+container's writable layer as root, uid 0 (or the spec's user) with Docker's default
+capabilities minus NET_RAW, MKNOD and AUDIT_WRITE; uid 0 is the host's uid 0 unless the daemon
+runs with userns-remap. File transfers then go through the daemon's archive API (outside the
+container: nothing in it can see them) and snapshots are committed images (restore recreates
+the container from one). Mode "readonly": read-only root, tmpfs workspace, /tmp and $HOME with
+size caps, a non-root user without capabilities; file operations run as uid 0 with only
+CHOWN, DAC_OVERRIDE, FOWNER and KILL (a uid the agent cannot signal or ptrace). pid 1 is the same signal-proof
 shell loop as bubblewrap's, so the container cannot be ended from inside and expires by itself
 after its episode (a safety net if this process is SIGKILLed). Every container carries the
 label `agentrl.sandbox=1` and its owner (machine, pid, start time): orphans of dead owners on
 this machine are reaped at start-up and at exit.
 
-An exec runs `timeout -s KILL` inside (its whole process group dies at the limit), then a
-second pass kills any process that inherited the exec's AGENTRL_EXEC tag (a setsid escapee).
+An exec runs `timeout -s KILL` inside (its whole process group dies at the limit), then every
+container process started since the exec began (but pid 1's helpers) is killed from the host
+(pids from the daemon, start times from the host's /proc): `setsid env -i` escapees included.
 The exit status comes back as a nonce-tagged line on stderr, so an exec returns when its
 command exits even if a background child keeps the output stream open.
 """
@@ -25,9 +32,15 @@ import struct
 import threading
 import time
 
-from envs.sandbox import common, fileops
+from envs.sandbox import common, docker_files, fileops, layers
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+
+CONTAINER_CAPS = (
+  "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
+  "NET_BIND_SERVICE", "SYS_CHROOT", "SETFCAP",
+)  # fmt: skip
+FILEOP_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")  # readonly mode: uid 0 only
 
 LABEL = "agentrl.sandbox"
 OWNER = "agentrl.owner"
@@ -65,8 +78,23 @@ def client():
     return _CLIENT
 
 
+_SIZED = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
+
+
+def layer_size_limit() -> bool:
+  """Whether this daemon's storage driver enforces `storage_opt size` on a writable layer
+  (overlay2 only on xfs with project quotas; checked by the daemon at create time)."""
+  try:
+    info = client().info()
+  except SandboxError:
+    return False
+  driver = info.get("Driver", "")
+  backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
+  return driver in _SIZED or (driver == "overlay2" and backing == "xfs")
+
+
 def reap_orphans() -> int:
-  """Removes agentrl containers of this machine whose owner process is gone."""
+  """Removes agentrl containers (and snapshot images) of this machine whose owner is gone."""
   if _CLIENT is None:
     return 0
   me, n = common.machine_id(), 0
@@ -79,6 +107,18 @@ def reap_orphans() -> int:
     if machine == me and not common.owner_alive(owner):
       _remove(_CLIENT.api, c["Id"])
       n += 1
+  try:  # committed snapshots carry their container's labels
+    images = _CLIENT.api.images(filters={"label": f"{LABEL}=1"})
+  except Exception:  # noqa: BLE001
+    return n
+  for img in images:
+    machine, _, owner = (img.get("Labels") or {}).get(OWNER, "").rpartition("|")
+    if machine == me and not common.owner_alive(owner):
+      try:
+        _CLIENT.api.remove_image(img["Id"], force=True)
+        n += 1
+      except Exception:  # noqa: BLE001, S110 (in use or gone)
+        pass
   return n
 
 
@@ -92,6 +132,15 @@ def _remove(api, cid: str) -> None:
   except docker.errors.APIError as e:
     if "already in progress" not in str(e):
       raise
+
+
+_SIZED_CACHE: list[bool] = []
+
+
+def _sized() -> bool:
+  if not _SIZED_CACHE:
+    _SIZED_CACHE.append(layer_size_limit())
+  return _SIZED_CACHE[0]
 
 
 class _Stream:
@@ -148,7 +197,7 @@ class _Stream:
       pass
 
 
-class DockerSandbox(fileops.TarFileOps, Sandbox):
+class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
   """A Docker sandbox; `docker_client` defaults to docker.from_env() (DOCKER_HOST aware)."""
 
   def __init__(self, spec: SandboxSpec, docker_client=None):
@@ -160,20 +209,20 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
     self.spec, self._closed, self._lock, self.id = spec, False, threading.RLock(), None
     self.name = common.unique_name()
     self.api = (docker_client or client()).api
-    img = image_lib.resolve(spec.image)
-    if spec.setup_script:
-      from envs.sandbox.bwrap_host import run_setup_script  # noqa: PLC0415
+    from envs.sandbox.bwrap_host import run_setup_script  # noqa: PLC0415
 
-      img = image_lib.with_setup(img, spec.setup_script, run_setup_script)
-    self.uid, self.gid, self.home = img.user(spec.user)
+    img = layers.resolve_spec_image(spec, run_setup_script)
+    self.image, self.user = img, common.user_name(spec)
+    self.uid, self.gid, self.home = img.user(self.user)
     tag = image_lib.ensure_docker(img, docker_client or client())
+    self._tag = tag
     self._end = time.monotonic() + spec.episode_timeout_s
     self._oom_seen = 0
     try:
       self._create(tag)
       common.register(self)
       seed = img.rootfs / spec.workdir.lstrip("/")
-      if seed.is_dir() and any(seed.iterdir()):
+      if spec.mode == "readonly" and seed.is_dir() and any(seed.iterdir()):
         self.upload(str(seed), spec.workdir)
     except BaseException:
       self.close()
@@ -183,16 +232,20 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
     import docker.errors  # noqa: PLC0415
 
     s, u = self.spec, f"uid={self.uid},gid={self.gid}"
-    tmpfs = {self.home: f"size={common.HOME_MB}m,{u},mode=0755"}  # the workdir wins a tie
-    tmpfs["/tmp"] = f"size={s.disk_mb}m,mode=1777,exec"
-    tmpfs[s.workdir] = f"size={s.disk_mb}m,{u},mode=0755,exec"
+    tmpfs = {}
+    if s.mode == "readonly":
+      tmpfs = {self.home: f"size={common.HOME_MB}m,{u},mode=0755"}  # the workdir wins a tie
+      tmpfs["/tmp"] = f"size={s.disk_mb}m,mode=1777,exec"
+      tmpfs[s.workdir] = f"size={s.disk_mb}m,{u},mode=0755,exec"
     mem = s.memory_mb << 20
     hc = self.api.create_host_config(
       network_mode="bridge" if s.network else "none",
-      read_only=True,
+      read_only=s.mode == "readonly",
       tmpfs=tmpfs,
       shm_size=s.disk_mb << 20,
       cap_drop=["ALL"],
+      cap_add=list(CONTAINER_CAPS if s.mode == "container" else FILEOP_CAPS),
+      storage_opt={"size": f"{s.disk_mb}m"} if s.mode == "container" and _sized() else None,
       security_opt=["no-new-privileges"],
       mem_limit=mem,
       memswap_limit=mem,
@@ -205,7 +258,7 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
       c = self.api.create_container(
         tag,
         ["/bin/sh", "-c", common.INIT_SCRIPT, *common.init_args(False, life)],
-        user=f"{self.uid}:{self.gid}",
+        user="0:0",  # pid 1; execs name their user (readonly mode: uid 0 keeps FILEOP_CAPS)
         working_dir=s.workdir,
         hostname="sandbox",
         labels={LABEL: "1", OWNER: owner},
@@ -217,13 +270,21 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
     except docker.errors.DockerException as e:
       raise SandboxError(f"docker could not start a sandbox: {e}") from e
 
+  def _recreate(self, image: str) -> None:
+    """A new container from `image` in place of this one (restoring a committed snapshot)."""
+    with self._lock:
+      self._check_open()
+      _remove(self.api, self.id)
+      self.id = None
+      self._create(image)
+
   # --- exec ---------------------------------------------------------------------------------
 
   def _check_open(self) -> None:
     if self._closed:
       raise SandboxError(f"sandbox {self.name} is closed")
 
-  def _start_exec(self, argv, tag: str, stdin) -> tuple[str, _Stream]:
+  def _start_exec(self, argv, tag: str, stdin, user: str | None = None) -> tuple[str, _Stream]:
     import docker.errors  # noqa: PLC0415
 
     self._check_open()
@@ -233,7 +294,7 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
         self.id,
         argv,
         stdin=stdin is not None,
-        user=f"{self.uid}:{self.gid}",
+        user=user or f"{self.uid}:{self.gid}",
         workdir=self.spec.workdir,
         environment=env,
       )
@@ -256,6 +317,7 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
     nonce, tag = secrets.token_hex(8), f"{self.name}-{time.monotonic_ns()}"
     data = stdin.encode() if isinstance(stdin, str) else stdin
     argv = ["/bin/sh", "-c", _WRAP, "sh", nonce, f"{limit:.3f}", cmd]
+    since = docker_files.boot_ticks()
     _, stream = self._start_exec(argv, tag, data)
     cap = self.spec.max_output_bytes
     out, err = common.Capped(cap), common.Capped(cap)
@@ -267,7 +329,8 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
           del err.buf[-len(line) :]
     timed_out = rc is None or (rc == 137 and time.monotonic() - t0 >= limit - 0.05)
     if timed_out:
-      self._run(["/bin/sh", "-c", _KILL_TAG, "sh", tag], timeout_s=60)
+      if not self._kill_since(since):  # a remote daemon: its pids are not ours
+        self._run(["/bin/sh", "-c", _KILL_TAG, "sh", tag], timeout_s=60)
       rc = 137
     oom = rc == 137 and not timed_out and self._new_oom()
     return common.make_result(rc, out, err, timed_out, t0, oom)
@@ -304,16 +367,18 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
     new, self._oom_seen = n > self._oom_seen, max(n, self._oom_seen)
     return new
 
-  def _run(self, argv, stdin=None, stdout=None, timeout_s: float | None = None):
-    """Runs argv inside as the sandbox user, uncapped (file operations); see TarFileOps."""
+  def _run(self, argv, stdin=None, stdout=None, timeout_s: float | None = None, cap=None):
+    """Runs argv inside as uid 0 (readonly mode: a uid the agent cannot reach) for file
+    operations and probes; see TarFileOps. stdout is capped at `cap` bytes."""
     deadline = time.monotonic() + (timeout_s or self._io_timeout())
-    eid, stream = self._start_exec(argv, f"{self.name}-io", stdin)
-    out, err = common.Capped(None), common.Capped(1 << 20)
+    eid, stream = self._start_exec(argv, f"{self.name}-io", stdin, user="0:0")
+    out, err = common.Capped(cap, sink=stdout), common.Capped(1 << 20)
     try:
       while time.monotonic() < deadline:
         for kind, data in stream.frames(deadline - time.monotonic()):
           if kind == 1:
-            stdout.write(data) if stdout is not None else out.add(data)
+            out.add(data)
+            common.check_transfer(out, cap, argv[:3])
           elif kind == 2:
             err.add(data)
       raise SandboxError(f"file operation {argv[:3]} timed out")
@@ -346,8 +411,11 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
     """(tasks now, forks refused at the pids limit), read from the container's cgroup."""
     _, text, _ = self._run(["/bin/sh", "-c", _PIDS])
     lines = text.decode().split("\n")
-    refused = next((int(ln.split()[1]) for ln in lines if ln.startswith("max ")), 0)
-    return int(lines[0]), refused
+    try:
+      refused = next((int(ln.split()[1]) for ln in lines if ln.startswith("max ")), 0)
+      return int(lines[0]), refused
+    except (ValueError, IndexError) as e:
+      raise SandboxError(f"unreadable pids cgroup in the container: {text[:200]!r}") from e
 
   def close(self) -> None:
     with self._lock:
@@ -359,4 +427,5 @@ class DockerSandbox(fileops.TarFileOps, Sandbox):
         _remove(self.api, self.id)
     finally:
       self._drop_snapshots()
+      self._drop_images()
       common.unregister(self)

@@ -130,7 +130,7 @@ def _passwd_entry(passwd: pathlib.Path, name: str) -> tuple[int, int, str]:
   raise SandboxError(f"{passwd}: no user {name!r}")
 
 
-class _Lock:
+class Lock:
   """An exclusive flock on `<cache>/<id>.lock`, so concurrent builders do the work once."""
 
   def __init__(self, path: pathlib.Path):
@@ -192,7 +192,7 @@ def build(recipe: ImageRecipe | None = None, force: bool = False) -> Image:
   r = (recipe or ImageRecipe()).resolved()
   iid = recipe_id(r)
   img = Image(iid, cache_root() / iid)
-  with _Lock(cache_root() / f"{iid}.lock"):
+  with Lock(cache_root() / f"{iid}.lock"):
     if force:
       shutil.rmtree(img.dir, ignore_errors=True)
     if (img.dir / "meta.json").exists() and img.tar_path.exists():
@@ -243,7 +243,7 @@ def resolve(name: str) -> Image:
 def ensure_rootfs(img: Image, workdirs: tuple[str, ...] = ()) -> pathlib.Path:
   """The image's extracted tree (extracting it if needed), with `workdirs` present."""
   if not img.rootfs.is_dir():
-    with _Lock(cache_root() / f"{img.id}.lock"):
+    with Lock(cache_root() / f"{img.id}.lock"):
       if not img.rootfs.is_dir():
         _extract(img.tar_path, img.rootfs)
   for d in workdirs:  # bubblewrap needs an existing mount point in the read-only tree
@@ -259,7 +259,7 @@ def with_setup(base: Image, script: str, runner: Callable[[pathlib.Path, str], N
   img = Image(lid, cache_root() / lid)
   if (img.dir / "meta.json").exists() and img.rootfs.is_dir():
     return img
-  with _Lock(cache_root() / f"{lid}.lock"):
+  with Lock(cache_root() / f"{lid}.lock"):
     if (img.dir / "meta.json").exists() and img.rootfs.is_dir():
       return img
     ensure_rootfs(base)
@@ -283,7 +283,7 @@ def ensure_docker(img: Image, client) -> str:
     return img.docker_tag
   except docker.errors.ImageNotFound:
     pass
-  with _Lock(cache_root() / f"{img.id}.docker.lock"):
+  with Lock(cache_root() / f"{img.id}.docker.lock"):
     try:
       client.images.get(img.docker_tag)
       return img.docker_tag
@@ -316,7 +316,7 @@ def prune(keep: Image, client=None) -> list[str]:
     base = json.loads(meta.read_text()).get("base") if meta.exists() else None
     if base == keep.id:
       continue
-    with _Lock(cache_root() / f"{d.name}.lock"):
+    with Lock(cache_root() / f"{d.name}.lock"):
       shutil.rmtree(d, ignore_errors=True)
     for lock in (f"{d.name}.lock", f"{d.name}.docker.lock"):
       (cache_root() / lock).unlink(missing_ok=True)

@@ -149,7 +149,8 @@ class SandboxPool:
     with self._cv:
       idle = sum(len(s.idle) for s in self._subs.values())
       starting = sum(s.starting for s in self._subs.values())
-      return dict(self.stats, leased=len(self._leased), idle=idle, starting=starting)
+      target = sum(s.target for s in self._subs.values())
+      return dict(self.stats, leased=len(self._leased), idle=idle, starting=starting, target=target)
 
   def close(self) -> None:
     """Closes every sandbox of the pool, leased ones included; idempotent."""

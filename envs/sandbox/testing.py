@@ -3,7 +3,8 @@
 Import the fixtures into a test module (`from envs.sandbox.testing import backend,
 sandbox_image  # noqa: F401`). The image is built by CI before the tests
 (`python -m launch.build_image`); if it is missing the fixture builds it (minutes, once).
-Docker cases skip only when no daemon answers, with the reason.
+Docker cases skip only when no daemon answers, with the reason, and never under CI=true: there
+a missing daemon fails them (CI installs and starts one).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from envs.sandbox import cgroups, common
 from envs.sandbox import image as image_lib
 
 BACKENDS = ("bwrap", "docker")
+MODES = ("container", "readonly")
 
 
 @functools.cache
@@ -50,10 +52,24 @@ def backend_params(names=BACKENDS) -> list:
   return [pytest.param(n, marks=pytest.mark.docker) if "docker" in n else n for n in names]
 
 
+def require_docker() -> None:
+  """Skips without a Docker daemon; under CI=true fails instead (CI must have one)."""
+  if why := docker_unavailable():
+    if os.environ.get("CI", "").lower() == "true":
+      pytest.fail(f"CI=true but {why}")
+    pytest.skip(why)
+
+
 @pytest.fixture(params=backend_params())
 def backend(request, sandbox_image) -> str:
-  if request.param == "docker" and (why := docker_unavailable()):
-    pytest.skip(why)
+  if request.param == "docker":
+    require_docker()
+  return request.param
+
+
+@pytest.fixture(params=MODES)
+def mode(request) -> str:
+  """Both sandbox modes (SandboxSpec.mode)."""
   return request.param
 
 
@@ -120,7 +136,7 @@ def _our_uid_sockets() -> int:
     if link.startswith("socket:["):
       inodes.add(link[8:-1])
   lines = pathlib.Path("/proc/net/unix").read_text().splitlines()[1:]
-  return sum(1 for ln in lines if "@agentrl-uid-" in ln and ln.split()[6] in inodes)
+  return sum(1 for ln in lines if "@agentrl-uidrange-" in ln and ln.split()[6] in inodes)
 
 
 def leak_probe() -> dict[str, object]:

@@ -3,14 +3,14 @@
 Legend: B groups per update, G samples per group, T tokens per packed row.
 
 One code path serves both modes. The rollout producer admits groups under AReaL's rule
-(`rl.buffer`); `sync` is staleness 0 (the next batch's episodes start only after the update,
+(`rl.runtime.buffer`); `sync` is staleness 0 (the next batch's episodes start only after the update,
 so every token comes from the current policy), `async` lets rollouts run up to `max_staleness`
 versions ahead while the trainer updates (decoupled PPO corrects the off-policy tokens: set
 `train.loss.decoupled=True`). Each update:
 
   groups = buffer.get_batch()          # waits: that wait is the trainer's idle time
   task source / quality gate see the batch's results
-  batch = pack(advantages(groups))     # host side, rl.packing; rows bucketed to powers of 2
+  batch = pack(advantages(groups))     # host side, rl.batch; rows bucketed to powers of 2
   state, metrics = train_step(state, batch)
   generator.load_params(state.params, version=step)   # weight sync, no recompile
   store.write_batch(step, ids); telemetry; eval; checkpoint (every K steps, on SIGTERM, at end)
@@ -25,110 +25,21 @@ and no trajectory is trained twice (tests/test_launch_resume.py proves it with `
 from __future__ import annotations
 
 import collections
-import dataclasses
-import math
 import time
 
 import jax
 import numpy as np
 
-from rl import packing
-from rl.buffer import BufferClosed, StalenessBuffer
-from rl.checkpoint import Checkpointer
-from rl.rollout import Group, RolloutManager, group_advantages, row_segments
-from rl.telemetry import Telemetry
+from rl.batch import build_batch, row_multiple
+from rl.config import LoopConfig
+from rl.runtime.buffer import BufferClosed, StalenessBuffer
+from rl.runtime.checkpoint import Checkpointer
+from rl.runtime.records import Group
+from rl.runtime.rollout import RolloutManager
+from rl.runtime.telemetry import Telemetry
+from rl.runtime.trajectory_store import TrajectoryStore
+from rl.train_state import policy_params
 from rl.train_step import make_train_step
-from rl.trajectory_store import TrajectoryStore
-
-
-@dataclasses.dataclass(frozen=True)
-class LoopConfig:
-  mode: str = "sync"  # sync | async
-  steps: int = 50
-  batch_groups: int = 8  # B: groups (tasks) per update
-  max_staleness: int = 1  # eta, async only (sync is 0)
-  row_len: int = 512  # T of packed training rows (>= the engine's max_seq_len)
-  max_segments: int = 4  # sequences packed per row
-  eval_every: int = 10  # 0: no periodic eval (an eval still runs at the start and end)
-  checkpoint_every: int = 10
-  keep_checkpoints: int = 3
-  seed: int = 0
-  # Optional replay: each batch also re-trains `replay_groups` recent groups with non-zero
-  # advantage, at most `replay_max_staleness` versions old (decoupled PPO weights them).
-  replay_groups: int = 0
-  replay_capacity: int = 32
-  replay_max_staleness: int = 2
-  batch_timeout_s: float = 1800.0  # the trainer fails if no batch arrives in this long
-  # Scale of negative advantages (1: the estimator's own). Below 1 the update leans on the
-  # successes: with Adam, the large gradients of a failed sample's improbable tokens otherwise
-  # set the step size, and a nearly-solved problem (a sharp warm start) barely moves.
-  negative_advantage_weight: float = 1.0
-  # Optimizer steps on each batch (PPO epochs; GRPO's mu): rollouts are the expensive part, and
-  # the clipped ratio against the engine's behaviour log-probs bounds how far they move.
-  updates_per_batch: int = 1
-
-  def __post_init__(self):
-    if self.mode not in ("sync", "async"):
-      raise ValueError(f"LoopConfig.mode must be 'sync' or 'async', got {self.mode!r}")
-    if self.steps < 0 or self.batch_groups < 1:
-      raise ValueError(
-        f"LoopConfig.steps >= 0 and batch_groups >= 1, got {self.steps}, {self.batch_groups}"
-      )
-    if not 0.0 <= self.negative_advantage_weight <= 1.0:
-      raise ValueError(
-        f"LoopConfig.negative_advantage_weight must be in [0, 1], got {self.negative_advantage_weight}"
-      )
-    if self.updates_per_batch < 1:
-      raise ValueError(f"LoopConfig.updates_per_batch must be >= 1, got {self.updates_per_batch}")
-
-  @property
-  def staleness(self) -> int:
-    return 0 if self.mode == "sync" else self.max_staleness
-
-
-def _bucket_rows(n: int, multiple: int) -> int:
-  """Rows padded to multiple * 2^k so the step compiles for few shapes."""
-  k = max(1, -(-n // multiple))
-  return multiple * (1 << math.ceil(math.log2(k)))
-
-
-def build_batch(
-  groups: list[Group],
-  loss_cfg,
-  row_len: int,
-  max_segments: int,
-  row_multiple: int,
-  pad_id: int,
-  negative_weight: float = 1.0,
-) -> tuple[dict, int]:
-  """Groups -> a packed train batch (rl.train_step format) with host-side advantages.
-
-  Each segment of an episode is one sequence; all segments of an episode share its advantage.
-  Negative advantages are scaled by `negative_weight`. Returns (batch, number of sequences).
-  """
-  if loss_cfg.overlong == "penalty":
-    raise ValueError("train.loss.overlong='penalty' is not supported by the host loop; use 'mask'")
-  advs = group_advantages(groups, loss_cfg.advantage, loss_cfg.adv_eps)
-  advs = [[a * negative_weight if a < 0 else a for a in adv_G] for adv_G in advs]
-  seqs = []
-  for g, adv_G in zip(groups, advs, strict=True):
-    for row, adv in zip(g.rows, adv_G, strict=True):
-      truncated = row["finish_reason"] in ("token_budget", "context")
-      for seg in row_segments(row):
-        if len(seg["tokens"]) > row_len:
-          raise ValueError(
-            f"{row['trajectory_id']}: {len(seg['tokens'])} tokens > loop.row_len {row_len}"
-          )
-        seqs.append({**seg, "advantage": adv, "truncated": truncated})
-  batch, _ = packing.pack(seqs, row_len, max_segments, row_multiple, pad_id)
-  rows = batch["tokens_BT"].shape[0]
-  target = _bucket_rows(rows, row_multiple)
-  if target > rows:
-    batch = {
-      k: np.concatenate([v, np.zeros((target - rows, *v.shape[1:]), v.dtype)])
-      for k, v in batch.items()
-    }
-  return batch, len(seqs)
 
 
 def engine_params(params):
@@ -137,20 +48,17 @@ def engine_params(params):
   return jax.device_put(params, may_alias=False)
 
 
-def _passed(reward: float) -> bool:
-  return reward >= 1.0 - 1e-6
-
-
 def rollout_metrics(groups: list[Group]) -> dict:
   """Pass rates (overall, per domain, per difficulty) and reward statistics of a batch."""
   rows = [r for g in groups for r in g.rows]
   out = {}
   rewards = np.array([r["reward"] for r in rows], np.float64)
-  out["pass_rate/overall"] = float(np.mean([_passed(x) for x in rewards]))
+  # "passed" is the verifier's (envs.episodes.Outcome.passed), as in the held-out eval.
+  out["pass_rate/overall"] = float(np.mean([bool(r["passed"]) for r in rows]))
   for key, name in (("domain", "domain"), ("difficulty", "difficulty")):
     by = collections.defaultdict(list)
     for r in rows:
-      by[r[key]].append(_passed(r["reward"]))
+      by[r[key]].append(bool(r["passed"]))
     for k, v in by.items():
       out[f"pass_rate/{name}/{k}"] = float(np.mean(v))
   out.update(
@@ -203,8 +111,7 @@ class Trainer:
     self.step = 0
     self._step_fn = None
     self.compiles = 0  # update-step compilations so far (train/compiles)
-    n_batch = int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert")]))
-    self.row_multiple = n_batch * train_cfg.micro_batches
+    self.row_multiple = row_multiple(mesh, train_cfg.micro_batches)
     self.history: list[dict] = []
     self.replay: collections.deque = collections.deque(maxlen=max(1, cfg.replay_capacity))
 
@@ -217,9 +124,7 @@ class Trainer:
     self.state, host = out
     self.step = int(host["step"])
     ro = host["rollout"]
-    self.rollouts.next_group_id = int(ro["next_group_id"])
-    self.rollouts.tasks.load_state_dict(ro["tasks"])
-    self.rollouts.drops = {int(k): v for k, v in ro.get("drops", {}).items()}
+    reissue = self.rollouts.restore(ro)
     self.buffer.restore(self.step, [Group.from_json(g) for g in ro["buffer"]])
     self.replay.extend(Group.from_json(g) for g in host.get("replay", []))
     self.store.discard_batches_after(self.step)
@@ -230,16 +135,17 @@ class Trainer:
       buffered=len(ro["buffer"]),
       next_group_id=ro["next_group_id"],
     )
-    return {int(k): v for k, v in ro["inflight"].items()}
+    return reissue
 
   def host_state(self) -> dict:
     snap = self.rollouts.snapshot()  # drops included, taken under the same lock
     replay = [g.to_json() for g in self.replay] if self.cfg.replay_groups else []
     return {"step": self.step, "rollout": snap, "replay": replay, "time": time.time()}
 
-  def _engine_params(self):
-    """The weights the generator loads after each update (rl.multihost gathers them)."""
-    return engine_params(self.state.params)
+  def params_for_engine(self):
+    """The weights the generator loads after each update (a hook: rl.runtime.multihost's
+    LeaderTrainer gathers them across processes); under LoRA the base with merged adapters."""
+    return engine_params(policy_params(self.state, self.train_cfg))
 
   # -- one update ---------------------------------------------------------
   def _wait_batch(self) -> list[Group]:
@@ -267,14 +173,20 @@ class Trainer:
     idx = rng.permutation(len(ok))[: self.cfg.replay_groups]
     return [ok[i] for i in sorted(idx)]
 
-  def _train(self, batch: dict) -> dict:
+  def step_fn(self, batch: dict):
+    """The jitted update step, built for the first batch's shardings."""
     if self._step_fn is None:
       self._step_fn = make_train_step(
         self.model_cfg, self.train_cfg, self.mesh, self.state_shardings, batch
       )
-    n = self._step_fn._cache_size()
-    self.state, metrics = self._step_fn(self.state, batch)
-    self.compiles += self._step_fn._cache_size() - n  # a new batch layout (rl.layout)
+    return self._step_fn
+
+  def train_batch(self, batch: dict) -> dict:
+    """One optimizer step on a packed batch (a hook: LeaderTrainer announces it first)."""
+    fn = self.step_fn(batch)
+    n = fn._cache_size()
+    self.state, metrics = fn(self.state, batch)
+    self.compiles += fn._cache_size() - n  # a new batch layout (rl.layout)
     return metrics  # on device: update() reads the last step's once
 
   def update(self, last_end: float) -> dict:
@@ -299,14 +211,13 @@ class Trainer:
       self.cfg.max_segments,
       self.row_multiple,
       self.pad_id,
-      self.cfg.negative_advantage_weight,
     )
     for _ in range(self.cfg.updates_per_batch):
-      metrics = self._train(batch)  # the last step's metrics: its ratios show the drift
+      metrics = self.train_batch(batch)  # the last step's metrics: its ratios show the drift
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     t2 = time.monotonic()
     self.step += 1
-    self.generator.load_params(self._engine_params(), self.step)
+    self.generator.load_params(self.params_for_engine(), self.step)
     self.buffer.set_version(self.step)
     t3 = time.monotonic()
     self.store.write_batch(
@@ -383,7 +294,7 @@ class Trainer:
   # -- the loop -----------------------------------------------------------
   def run(self) -> list[dict]:
     reissue = self.restore() or {}
-    self.generator.load_params(self._engine_params(), self.step)
+    self.generator.load_params(self.params_for_engine(), self.step)
     self.buffer.set_version(self.step)
     if self.step == 0:
       self.ckpt.save(0, self.state, self.host_state(), force=True)

@@ -1,7 +1,7 @@
 """Rollout workers as Ray actors (`cluster="ray"`): same interface as the in-process path.
 
 The host loop uses two things on the local path: `run_episode(task, trajectory_id, seed,
-policy=None) -> Outcome` (rl.rollout.SandboxEpisodes, called by RolloutManager's threads) and
+policy=None) -> Outcome` (envs.episodes.SandboxEpisodes, called by RolloutManager's threads) and
 `generator.load_params(params, version)` (called by the Trainer after each update).
 `RolloutFleet` is both, so the trainer code does not change:
 
@@ -11,7 +11,7 @@ policy=None) -> Outcome` (rl.rollout.SandboxEpisodes, called by RolloutManager's
   fleet.stats()                               # the workers' engine statistics, summed
 
 Each `RolloutWorker` actor holds an engine replica (models.engine + models.generator) and runs
-episodes in its own sandboxes (rl.rollout.SandboxEpisodes: bwrap/Docker + verifier), several at
+episodes in its own sandboxes (envs.episodes.SandboxEpisodes: bwrap/Docker + verifier), several at
 once (a threaded actor). Back-pressure: a request waits until some live worker has fewer than
 `max_inflight_per_worker` episodes. Recovery: if a worker dies mid-episode, Ray fails the call
 (tasks are never retried by Ray, so nothing runs twice behind our back); the fleet replaces the
@@ -39,78 +39,36 @@ import time
 
 import jax
 
-from envs import agent as agent_lib
+from envs.agent import AgentConfig
+from envs.episodes import infra_outcome
+from rl.config import EngineConfig, EnvConfig, RayConfig
 
-_REPO = str(pathlib.Path(__file__).resolve().parents[1])
-
-
-@dataclasses.dataclass(frozen=True)
-class RayConfig:
-  address: str = (
-    "local"  # "local": a private single-node cluster on 127.0.0.1; else ray.init(address)
-  )
-  num_workers: int = 2
-  max_inflight_per_worker: int = 4  # back-pressure: episodes running on one worker at most
-  worker_num_cpus: float = 1.0  # CPUs Ray reserves per worker actor
-  max_episode_attempts: int = 3  # worker deaths one episode survives before it is an infra error
-  max_worker_restarts: int = 8  # replacements of dead workers over the fleet's life
-  num_cpus: int = 2  # local cluster only
-  object_store_memory: int = 200 * 2**20  # local cluster only (bytes)
-
-  def __post_init__(self):
-    for f in ("num_workers", "max_inflight_per_worker", "max_episode_attempts"):
-      if getattr(self, f) < 1:
-        raise ValueError(f"RayConfig.{f} must be >= 1, got {getattr(self, f)}")
+_REPO = str(pathlib.Path(__file__).resolve().parents[2])
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
-  """What a worker needs to build its engine replica and episode runner."""
+  """What a worker needs to build its replica (rl.runtime.replica): the run's own configs."""
 
   model_cfg: object  # models.config.ModelConfig
-  agent_cfg: agent_lib.AgentConfig = agent_lib.AgentConfig()
   # "byte", a Hugging Face checkpoint folder present on every node, or the tokenizer itself
   # (pickled to the workers: how a tokenizer trained at start, 'bpe:<vocab>', reaches them).
   tokenizer: object = "byte"
-  system_prompt: str = agent_lib.DEFAULT_SYSTEM_PROMPT
-  slots: int = 8
-  max_seq_len: int = 512
-  page_size: int = 16
-  backend: str = "bwrap"
-  image: str = "default"
-  verifier_mode: str = "after"
+  engine: EngineConfig = EngineConfig(slots=8)
+  env: EnvConfig = EnvConfig()
+  agent: AgentConfig = AgentConfig()
 
 
 class RolloutWorker:
   """One rollout worker (run as a Ray actor): engine replica + sandboxed episodes."""
 
   def __init__(self, name: str, spec: WorkerSpec, params, version: int):
-    from models.engine import Engine
-    from models.generator import Generator
-    from rl.experiment import load_tokenizer
-    from rl.rollout import SandboxEpisodes
+    from rl.runtime.replica import Replica, load_tokenizer
 
     self.name, self.spec = name, spec
     tok = load_tokenizer(spec.tokenizer) if isinstance(spec.tokenizer, str) else spec.tokenizer
-    engine = Engine(
-      spec.model_cfg,
-      params,
-      max_concurrent_decodes=spec.slots,
-      max_seq_len=spec.max_seq_len,
-      page_size=spec.page_size,
-      version=version,
-    )
-    self.gen = Generator(engine, tokenizer=tok)
-    fmt = agent_lib.ChatFormat(tok, spec.system_prompt)
-    mk = lambda acfg: SandboxEpisodes(
-      self.gen,
-      fmt,
-      acfg,
-      backend=spec.backend,
-      image=spec.image,
-      verifier_mode=spec.verifier_mode,
-    )
-    self._mk, self._episodes = mk, {spec.agent_cfg: mk(spec.agent_cfg)}
+    self.replica = Replica(spec.model_cfg, params, tok, spec.engine, spec.env, spec.agent, version)
+    self.gen = self.replica.gen
     self._running: set[str] = set()
     self._lock = threading.Lock()
 
@@ -133,12 +91,9 @@ class RolloutWorker:
 
   def run(self, task, trajectory_id: str, seed: int, policy=None, agent_cfg=None):
     """One episode; returns (Outcome, worker name, policy version at the start)."""
-    acfg = agent_cfg or self.spec.agent_cfg
     with self._lock:
       self._running.add(trajectory_id)
-      if acfg not in self._episodes:
-        self._episodes[acfg] = self._mk(acfg)
-      episodes = self._episodes[acfg]
+    episodes = self.replica.episodes(agent_cfg)
     try:
       version = self.version()
       return episodes(task, trajectory_id, seed, policy=policy), self.name, version
@@ -173,7 +128,7 @@ def init_ray(cfg: RayConfig):
     ray.shutdown()
     raise RuntimeError(
       f"ray_rollout: the local Ray node took IP {ip}, not 127.0.0.1; `ray` was imported before "
-      "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set (import rl.ray_rollout's fleet first, or "
+      "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set (import rl.runtime.fleet first, or "
       "export it)"
     )
   return ray
@@ -299,7 +254,7 @@ class RolloutFleet:
       self._cond.notify_all()
 
   def __call__(self, task, trajectory_id: str, seed: int, policy=None, agent_cfg=None):
-    """Runs one episode on the fleet; returns an rl.rollout.Outcome (see module docstring)."""
+    """Runs one episode on the fleet; returns an envs.episodes.Outcome (see module docstring)."""
     from ray.exceptions import RayActorError
 
     t0, errors = time.monotonic(), []
@@ -342,15 +297,10 @@ class RolloutFleet:
 
   @staticmethod
   def _infra_outcome(trajectory_id: str, errors: list[str], t0: float, closed: bool = False):
-    from rl.rollout import Outcome
-
     msg = f"RayWorkerDied: {len(errors)} attempts failed ({'; '.join(errors)})"
     if closed:
       msg = f"RolloutFleet closed during the episode (earlier attempts: {errors})"
-    ep = agent_lib.Episode(
-      trajectory_id, [agent_lib.Segment()], [], "infra", msg, duration_s=time.monotonic() - t0
-    )
-    return Outcome(ep, infra_error=msg)
+    return infra_outcome(trajectory_id, msg, t0)
 
   def with_agent(self, agent_cfg):
     """A run_episode callable with other agent settings (e.g. greedy for evaluation)."""
@@ -436,18 +386,8 @@ class RolloutFleet:
 
 
 def from_experiment(exp, model_cfg, params, on_event=None, tokenizer=None) -> RolloutFleet:
-  """The fleet for an rl.experiment.Experiment with `cluster="ray"` (config: `exp.ray`);
+  """The fleet for an rl.config.Experiment with `cluster="ray"` (config: `exp.ray`);
   `tokenizer`: the run's loaded tokenizer, sent to the workers (default: `exp.tokenizer`)."""
-  spec = WorkerSpec(
-    model_cfg=model_cfg,
-    agent_cfg=exp.agent,
-    tokenizer=exp.tokenizer if tokenizer is None else tokenizer,
-    system_prompt=exp.env.system_prompt,
-    slots=exp.engine.slots,
-    max_seq_len=exp.engine.max_seq_len,
-    page_size=exp.engine.page_size,
-    backend=exp.env.backend,
-    image=exp.env.image,
-    verifier_mode=exp.env.verifier_mode,
-  )
-  return RolloutFleet(getattr(exp, "ray", RayConfig()), spec, params, on_event=on_event)
+  tok = exp.tokenizer if tokenizer is None else tokenizer
+  spec = WorkerSpec(model_cfg, tok, exp.engine, exp.env, exp.agent)
+  return RolloutFleet(exp.ray, spec, params, on_event=on_event)

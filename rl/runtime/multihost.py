@@ -36,8 +36,8 @@ from jax.experimental import multihost_utils
 
 from parallel import sharding
 from parallel.rules import merge_rules
-from rl.loop import Trainer
-from rl.train_step import make_train_step
+from rl.runtime.trainer import Trainer
+from rl.train_state import policy_params
 
 _CHANNELS = itertools.count()  # every process opens its channels in the same order
 
@@ -289,42 +289,39 @@ class _Checkpointer:
 
 
 class LeaderTrainer(Trainer):
-  """rl.loop.Trainer on process 0 of a multi-process job: each update is announced first."""
+  """rl.runtime.trainer.Trainer on process 0 of a multi-process job: each update is announced
+  first (through the Trainer's public hooks `params_for_engine` and `train_batch`)."""
 
   def __init__(self, *, channel: Channel, checkpointer, **kw):
     super().__init__(checkpointer=_Checkpointer(checkpointer, channel), **kw)
     self.ch = channel
 
-  def _engine_params(self):
+  def params_for_engine(self):
     """Host copies for process 0's engine (or Ray fleet): an all-gather every process joins."""
     self.ch.announce("params")
-    return self.ch.to_host(self.state.params)
+    return self.ch.to_host(policy_params(self.state, self.train_cfg))
 
-  def _train(self, batch: dict) -> dict:
+  def train_batch(self, batch: dict) -> dict:
     self.ch.announce("train", batch, step=self.step)
     batch = self.ch.batch(batch, self.mesh, self.train_cfg.rules)
-    if self._step_fn is None:
-      self._step_fn = make_train_step(
-        self.model_cfg, self.train_cfg, self.mesh, self.state_shardings, batch
-      )
-    self.ch.ready(self._step_fn, self.state, batch)
-    return super()._train(batch)
+    self.ch.ready(self.step_fn(batch), self.state, batch)
+    return super().train_batch(batch)
 
 
 # ---------------------------------------------------------------- the followers' side
 
 
-def follow(ch: Channel, state, make_step, checkpointer, mesh, rules=()) -> tuple:
+def follow(ch: Channel, state, make_step, checkpointer, mesh, train_cfg) -> tuple:
   """A follower's whole run: does each op the leader announces; returns (state, summary)."""
   step_fn = None
   while True:
     op, args, arrays = ch.receive(("train", "params", "save", "restore", "stop"))
     if op == "train":
-      batch = ch.batch(arrays, mesh, rules)
+      batch = ch.batch(arrays, mesh, train_cfg.rules)
       step_fn = step_fn or make_step(batch)
       state, _ = ch.call(step_fn, state, batch)
     elif op == "params":
-      ch.to_host(state.params)
+      ch.to_host(policy_params(state, train_cfg))
     elif op == "save":
       checkpointer.save(args["step"], state, {}, force=True)
     elif op == "restore":

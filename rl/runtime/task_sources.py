@@ -14,7 +14,7 @@ import pathlib
 
 import numpy as np
 
-from rl.rollout import Group
+from rl.runtime.records import Group
 
 
 def _seed(*parts) -> int:

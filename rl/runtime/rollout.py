@@ -3,7 +3,7 @@
 Legend: G samples per task (group size), B groups per update.
 
 `RolloutManager` runs a producer thread: while the buffer's admission rule allows
-(`rl.buffer`), it takes the next work item (re-issued groups after a resume and retries first,
+(`rl.runtime.buffer`), it takes the next work item (re-issued groups after a resume and retries first,
 then fresh tasks from the task source), and runs the group's G episodes on a thread pool whose
 concurrency the scheduler adapts. A finished group is written to the Parquet store (the
 write-ahead log), then either put into the buffer or dropped:
@@ -18,7 +18,7 @@ re-issues exactly the groups that were in flight, with the same ids. A group alr
 store (finished after the last checkpoint, before a crash) is re-used, not re-run.
 
 Prefetch (`prefetch_groups` > 0, with a `run_episode` that has `prepare(task)`, as
-SandboxEpisodes does): creating a task's sandbox and running its set-up script (an image
+envs.episodes.SandboxEpisodes does): creating a task's sandbox and running its set-up script (an image
 start, a build, a dependency install) uses no policy, so a prefetch thread does it for up to
 `prefetch_groups` groups *before* they are admitted. Admission (AReaL's rule) then counts only
 the policy-dependent part of an episode (generation, tools, grading), and a slow build no
@@ -39,19 +39,14 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
-import json
 import threading
-import time
 import traceback
 
-import numpy as np
-
-from envs import agent as agent_lib
-from envs.sandbox.base import SandboxError
-from rl.buffer import BufferClosed, StalenessBuffer
-from rl.scheduler import ConcurrencyController, WorkQueue
-from rl.trajectory_store import TrajectoryStore
+from rl.config import RolloutConfig
+from rl.runtime.buffer import BufferClosed, StalenessBuffer
+from rl.runtime.records import Group, episode_row, episode_seed, trajectory_id
+from rl.runtime.scheduler import ConcurrencyController, WorkQueue
+from rl.runtime.trajectory_store import TrajectoryStore
 
 
 def _spawn(fn, *args, name: str) -> concurrent.futures.Future:
@@ -75,135 +70,6 @@ def _discard(prepared) -> None:
       prepared.close()
     except Exception:  # closing a sandbox nobody uses must not fail the run
       traceback.print_exc()
-
-
-def trajectory_id(group_id: int, sample: int) -> str:
-  return f"g{group_id:07d}-s{sample:02d}"
-
-
-def episode_seed(run_seed: int, group_id: int, sample: int, attempt: int) -> int:
-  return int(np.random.SeedSequence([run_seed, group_id, sample, attempt]).generate_state(1)[0])
-
-
-@dataclasses.dataclass
-class Group:
-  """The G episodes of one task, as store rows (SCHEMA of rl.trajectory_store)."""
-
-  group_id: int
-  task_id: str
-  rows: list[dict]
-  status: str = "accepted"  # accepted | zero_variance | infra
-
-  @property
-  def min_version(self) -> int:
-    vs = [r["min_version"] for r in self.rows if r.get("min_version", -1) >= 0]
-    return min(vs) if vs else 0
-
-  @property
-  def rewards(self) -> list[float]:
-    return [float(r["reward"]) for r in self.rows]
-
-  def to_json(self) -> dict:
-    return {
-      "group_id": self.group_id,
-      "task_id": self.task_id,
-      "rows": self.rows,
-      "status": self.status,
-    }
-
-  @classmethod
-  def from_json(cls, d: dict) -> Group:
-    return cls(d["group_id"], d["task_id"], d["rows"], d.get("status", "accepted"))
-
-
-@dataclasses.dataclass
-class Outcome:
-  """One graded episode."""
-
-  episode: agent_lib.Episode
-  reward: float = 0.0
-  sub_scores: dict = dataclasses.field(default_factory=dict)
-  failure_mode: str | None = None
-  verify_s: float = 0.0
-  infra_error: str | None = None
-  passed: bool = False
-  flags: list = dataclasses.field(default_factory=list)  # the verifier's (tamper, ...)
-
-
-def episode_row(task, group_id: int, sample: int, out: Outcome) -> dict:
-  """A store row (rl.trajectory_store.SCHEMA) for one graded episode."""
-  ep = out.episode
-  cat = lambda f: [x for s in ep.segments for x in getattr(s, f)]
-  versions = [v for s in ep.segments for v, m in zip(s.versions, s.loss_mask, strict=True) if m]
-  return dict(
-    trajectory_id=trajectory_id(group_id, sample),
-    group_id=group_id,
-    sample=sample,
-    task_id=task.id,
-    domain=task.domain,
-    difficulty=int(task.difficulty),
-    instruction=task.instruction,
-    text=ep.text,
-    tokens=cat("tokens"),
-    loss_mask=cat("loss_mask"),
-    logprobs=cat("logprobs"),
-    versions=cat("versions"),
-    segment_lengths=[len(s.tokens) for s in ep.segments],
-    reward=float(out.reward),
-    sub_scores=json.dumps(out.sub_scores),
-    failure_mode=out.failure_mode,
-    finish_reason=ep.finish_reason,
-    infra_error=out.infra_error or ep.infra_error,
-    num_turns=len(ep.turns),
-    tool_errors=sum(t.error is not None for t in ep.turns),
-    generated_tokens=ep.generated_tokens,
-    min_version=min(versions) if versions else -1,
-    max_version=max(versions) if versions else -1,
-    gen_s=sum(t.gen_s for t in ep.turns),
-    env_s=sum(t.env_s for t in ep.turns),
-    verify_s=out.verify_s,
-    total_s=ep.duration_s + out.verify_s,
-    finished_at=time.time(),
-    passed=bool(out.passed),
-    grade_flags=list(out.flags),
-    commands=[t.command for t in ep.turns if t.command is not None],
-  )
-
-
-def row_segments(row: dict) -> list[dict]:
-  """Splits a store row back into its segments (each one training sequence)."""
-  out, start = [], 0
-  for n in row["segment_lengths"]:
-    sl = slice(start, start + n)
-    out.append(
-      {
-        "tokens": row["tokens"][sl],
-        "loss_mask": row["loss_mask"][sl],
-        "behaviour_logprobs": row["logprobs"][sl],
-      }
-    )
-    start += n
-  return out
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-  group_size: int = 4
-  max_infra_retries: int = 2
-  dynamic_sampling: bool = True
-  max_drop_factor: float = 4.0
-  max_concurrency: int = 8
-  min_concurrency: int = 1
-  buffer_low: int = 1  # groups; below it concurrency grows
-  buffer_high: int = 0  # above it concurrency shrinks; 0 = 2 * batch size
-  lookahead: int = 1  # fresh tasks drawn ahead and ordered by their priority
-  # Groups whose G sandboxes are created and set up ahead of admission (0: off). Set-up uses
-  # no policy, so it need not spend the staleness budget (module docstring, "Prefetch").
-  prefetch_groups: int = 0
-  # This many groups masked for infrastructure failures in a row stop the run (a dead engine or
-  # a broken sandbox backend fails every episode: retrying forever would hide it). 0: never.
-  max_masked_in_a_row: int = 32
-  seed: int = 0
 
 
 class RolloutManager:
@@ -279,6 +145,14 @@ class RolloutManager:
     """Groups whose sandboxes are set up and waiting for admission."""
     with self.lock:
       return sum(all(f.done() for f in futs) for _, futs in self._prepared.values())
+
+  def restore(self, snap: dict) -> dict[int, str]:
+    """Takes back a `snapshot()` (before `start`); returns the groups to re-issue."""
+    with self.lock:
+      self.next_group_id = int(snap["next_group_id"])
+      self.tasks.load_state_dict(snap["tasks"])
+      self.drops = {int(k): v for k, v in snap.get("drops", {}).items()}
+    return {int(k): v for k, v in snap["inflight"].items()}
 
   def check(self) -> None:
     if self._errors:
@@ -477,130 +351,3 @@ class RolloutManager:
       self.buffer.cancel("zero_variance")
       return
     self.buffer.put(group)
-
-
-def group_advantages(groups: list[Group], estimator: str, eps: float) -> list[list[float]]:
-  """Advantages per episode with the registered estimator (host side, over whole groups)."""
-  from rl import advantages as adv_lib
-
-  rewards = np.array([r for g in groups for r in g.rewards], np.float32)
-  gids = np.repeat(np.arange(len(groups)), [len(g.rows) for g in groups]).astype(np.int32)
-  adv = np.asarray(
-    adv_lib.compute_advantages(estimator, rewards, gids, np.ones_like(gids, bool), eps)
-  )
-  out, i = [], 0
-  for g in groups:
-    out.append([float(a) for a in adv[i : i + len(g.rows)]])
-    i += len(g.rows)
-  return out
-
-
-class SandboxEpisodes:
-  """`run_episode(task, trajectory_id, seed, policy=None) -> Outcome`: one episode, end to end.
-
-  A fresh task sandbox (envs.task_env), the agent loop, the verifier; the sandbox is always
-  closed. Sandbox/engine failures and masked grades come back as `infra_error`.
-  """
-
-  def __init__(
-    self,
-    policy,
-    fmt,
-    agent_cfg,
-    *,
-    backend: str = "bwrap",
-    image: str = "default",
-    verifier_mode: str = "after",
-  ):
-    from envs.verifier import Verifier, VerifierConfig
-
-    self.policy, self.fmt, self.agent_cfg = policy, fmt, agent_cfg
-    self.backend, self.image = backend, image
-    self.verifier = Verifier(VerifierConfig(mode=verifier_mode))
-
-  def prepare(self, task):
-    """The task's sandbox, created and set up (no policy involved: prefetched ahead)."""
-    from envs.task_env import open_task_sandbox
-
-    return open_task_sandbox(task, self.backend, self.image)
-
-  def __call__(self, task, trajectory_id: str, seed: int, policy=None, prepared=None) -> Outcome:
-    """`prepared`: a sandbox from `prepare(task)` (or the exception it raised) to use."""
-    from envs.task_env import TaskSetupError
-
-    t0 = time.monotonic()
-    cfg = dataclasses.replace(
-      self.agent_cfg, episode_timeout_s=min(self.agent_cfg.episode_timeout_s, task.agent_timeout_s)
-    )
-    try:
-      if isinstance(prepared, BaseException):
-        raise prepared
-      ts = prepared or self.prepare(task)
-    except (SandboxError, TaskSetupError, OSError) as e:
-      ep = agent_lib.Episode(
-        trajectory_id,
-        [agent_lib.Segment()],
-        [],
-        "infra",
-        f"{type(e).__name__}: {e}",
-        duration_s=time.monotonic() - t0,
-      )
-      return Outcome(ep, infra_error=ep.infra_error)
-    try:
-      ep = agent_lib.run_episode(
-        policy or self.policy,
-        self.fmt,
-        ts.sandbox,
-        task.instruction,
-        cfg,
-        episode_id=trajectory_id,
-        seed=seed,
-      )
-      if ep.infra_error:
-        return Outcome(ep, infra_error=ep.infra_error)
-      res = self.verifier.grade(ts, agent_timed_out=ep.finish_reason == "time_budget")
-    finally:
-      ts.close()
-    out = Outcome(
-      ep,
-      float(res.reward or 0.0),
-      dict(res.subscores),
-      res.failure_mode,
-      res.duration_s,
-      passed=bool(res.passed),
-      flags=list(res.flags),
-    )
-    if res.masked:
-      out.infra_error = f"{res.failure_mode}: {res.detail[-500:]}"
-    return out
-
-
-def evaluate(run_episode, tasks, *, workers: int = 8, prefix: str = "eval", seed: int = 0) -> dict:
-  """Runs each task once (with `run_episode`'s policy settings); pass rates by domain/difficulty.
-
-  Task i samples with its own seed, episode_seed(seed, i, 0, 0), the same at every eval (one
-  seed for all tasks would make every sampled eval draw the same choice at the same step).
-  Infrastructure failures are excluded from the rates and counted in `<prefix>/infra_errors`.
-  """
-
-  def one(i_task):
-    i, task = i_task
-    return task, run_episode(task, f"{prefix}-{task.id}", episode_seed(seed, i, 0, 0))
-
-  with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=prefix) as ex:
-    results = list(ex.map(one, enumerate(tasks)))
-  ok = [(t, o) for t, o in results if not o.infra_error]
-  out = {f"{prefix}/infra_errors": float(len(results) - len(ok)), f"{prefix}/n": float(len(ok))}
-  if not ok:
-    return out
-  passed = lambda o: o.passed
-  out[f"{prefix}/pass_rate/overall"] = float(np.mean([passed(o) for _, o in ok]))
-  out[f"{prefix}/reward/mean"] = float(np.mean([o.reward for _, o in ok]))
-  for attr in ("domain", "difficulty"):
-    by = collections.defaultdict(list)
-    for t, o in ok:
-      by[getattr(t, attr)].append(passed(o))
-    for k, v in by.items():
-      out[f"{prefix}/pass_rate/{attr}/{k}"] = float(np.mean(v))
-  out[f"{prefix}/generated_tokens"] = float(np.mean([o.episode.generated_tokens for _, o in ok]))
-  return out

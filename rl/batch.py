@@ -1,0 +1,119 @@
+"""The host half of GRPO: groups -> advantages -> packed, bucketed train batch.
+
+Legend: G episodes per group, T tokens per packed row.
+
+Every host-side use of `LossConfig` is here: the advantage estimator (over whole groups, as
+rl.advantages registers it), the DAPO overlong penalty (`overlong="penalty"`: added to each
+episode's reward, by its policy tokens, before the advantages), the scale of negative
+advantages, and the truncation flags `overlong="mask"` reads. Each segment of an episode is
+one training sequence; all segments of an episode share its advantage. Rows are packed
+(rl.packing) and padded to `multiple * 2^k` rows so the jitted step compiles for few shapes.
+
+A group is anything with `.rows`: store rows (rl.runtime.trajectory_store.SCHEMA) holding
+`reward`, `tokens`, `loss_mask`, `logprobs`, `segment_lengths`, `finish_reason`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rl import advantages as adv_lib
+from rl import packing
+from rl.config import LossConfig
+
+
+def row_multiple(mesh, micro_batches: int = 1) -> int:
+  """Rows a batch must hold a multiple of: the mesh's batch axes times the micro-batches."""
+  return int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert")])) * micro_batches
+
+
+def bucket_rows(n: int, multiple: int) -> int:
+  """Rows padded to multiple * 2^k so the step compiles for few shapes."""
+  k = max(1, -(-n // multiple))
+  return multiple * (1 << math.ceil(math.log2(k)))
+
+
+def pad_rows(batch: dict, multiple: int) -> dict:
+  """`batch` with all-zero rows appended up to bucket_rows(rows, multiple)."""
+  rows = batch["tokens_BT"].shape[0]
+  extra = bucket_rows(rows, multiple) - rows
+  if not extra:
+    return batch
+  return {
+    k: np.concatenate([v, np.zeros((extra, *v.shape[1:]), v.dtype)]) for k, v in batch.items()
+  }
+
+
+def row_segments(row: dict) -> list[dict]:
+  """Splits a store row back into its segments (each one training sequence)."""
+  out, start = [], 0
+  for n in row["segment_lengths"]:
+    sl = slice(start, start + n)
+    out.append(
+      {
+        "tokens": row["tokens"][sl],
+        "loss_mask": row["loss_mask"][sl],
+        "behaviour_logprobs": row["logprobs"][sl],
+      }
+    )
+    start += n
+  return out
+
+
+def group_rewards(groups, loss_cfg: LossConfig = LossConfig()) -> list[list[float]]:
+  """Each episode's reward, with the overlong penalty when `loss_cfg.overlong == "penalty"`."""
+  out = []
+  for g in groups:
+    rew_G = np.array([float(r["reward"]) for r in g.rows], np.float32)
+    if loss_cfg.overlong == "penalty":
+      len_G = np.array([sum(r["loss_mask"]) for r in g.rows], np.float32)
+      pen_G = adv_lib.overlong_penalty(len_G, loss_cfg.overlong_max_len, loss_cfg.overlong_buffer)
+      rew_G = rew_G + loss_cfg.overlong_penalty * np.asarray(pen_G)
+    out.append([float(x) for x in rew_G])
+  return out
+
+
+def group_advantages(groups, loss_cfg: LossConfig = LossConfig()) -> list[list[float]]:
+  """Advantages per episode with the registered estimator (over whole groups), negative ones
+  scaled by `loss_cfg.negative_advantage_weight`."""
+  rew_G = group_rewards(groups, loss_cfg)
+  rewards_N = np.array([r for g in rew_G for r in g], np.float32)
+  gids_N = np.repeat(np.arange(len(groups)), [len(g) for g in rew_G]).astype(np.int32)
+  valid_N = np.ones_like(gids_N, bool)
+  adv_N = np.asarray(
+    adv_lib.compute_advantages(loss_cfg.advantage, rewards_N, gids_N, valid_N, loss_cfg.adv_eps)
+  )
+  w = loss_cfg.negative_advantage_weight
+  out, i = [], 0
+  for g in rew_G:
+    out.append([float(a) * w if a < 0 else float(a) for a in adv_N[i : i + len(g)]])
+    i += len(g)
+  return out
+
+
+def build_batch(
+  groups, loss_cfg: LossConfig, row_len: int, max_segments: int, row_multiple: int, pad_id: int
+) -> tuple[dict, int]:
+  """Groups -> a packed train batch (rl.train_step format); returns (batch, sequences)."""
+  seqs = []
+  for g, adv_G in zip(groups, group_advantages(groups, loss_cfg), strict=True):
+    for row, adv in zip(g.rows, adv_G, strict=True):
+      truncated = row["finish_reason"] in ("token_budget", "context")
+      for seg in row_segments(row):
+        if len(seg["tokens"]) > row_len:
+          raise ValueError(
+            f"{row['trajectory_id']}: {len(seg['tokens'])} tokens > loop.row_len {row_len}"
+          )
+        seqs.append({**seg, "advantage": adv, "truncated": truncated})
+  batch, _ = packing.pack(seqs, row_len, max_segments, row_multiple, pad_id)
+  return pad_rows(batch, row_multiple), len(seqs)
+
+
+def sft_batch(seqs: list[dict], row_len: int, max_segments: int, row_multiple: int, pad_id: int):
+  """Demonstrations (advantage 1, no behaviour logprobs) -> a packed, bucketed batch."""
+  batch, _ = packing.pack(
+    [{**s, "advantage": 1.0} for s in seqs], row_len, max_segments, row_multiple, pad_id
+  )
+  return pad_rows(batch, row_multiple)

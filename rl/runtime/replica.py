@@ -1,0 +1,151 @@
+"""One engine replica: tokenizer + engine + generator + sandboxed episode runners.
+
+The local loop, each Ray rollout worker (rl.runtime.fleet), the policy agent of `launch.eval`
+and `launch.serve` build their engine here, from one `EngineConfig`:
+
+  rep = Replica(model_cfg, params, tok, exp.engine, exp.env, exp.agent)
+  out = rep.episodes()(task, "g0000001-s00", seed)    # envs.episodes.SandboxEpisodes
+  greedy = rep.episodes(dataclasses.replace(exp.agent, greedy=True))
+  rep.gen.load_params(params, version=3); rep.close()
+
+Tokenizers: "byte", "bpe:<vocab size>" (trained once on a corpus, kept in WORKDIR/tokenizer),
+or a Hugging Face checkpoint folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import threading
+
+from envs.agent import AgentConfig
+from envs.episodes import SandboxEpisodes
+from envs.tool_format import ChatFormat, format_exec_observation, format_tool_call
+from rl.config import EngineConfig, EnvConfig
+
+
+def make_engine(model_cfg, params, cfg: EngineConfig, version: int = 0):
+  """A models.engine.Engine sized by `cfg` (max_seq_len 0: the model's)."""
+  from models.engine import Engine
+
+  return Engine(
+    model_cfg,
+    params,
+    max_concurrent_decodes=cfg.slots,
+    max_seq_len=cfg.max_seq_len or None,
+    page_size=cfg.page_size,
+    version=version,
+  )
+
+
+def generator(model_cfg, params, tokenizer, cfg: EngineConfig, version: int = 0):
+  """A models.generator.Generator over make_engine(...)."""
+  from models.generator import Generator
+
+  return Generator(make_engine(model_cfg, params, cfg, version), tokenizer=tokenizer)
+
+
+class Replica:
+  """A generator and, per agent config, an episode runner on it (see module docstring)."""
+
+  def __init__(
+    self,
+    model_cfg,
+    params,
+    tokenizer,
+    engine: EngineConfig = EngineConfig(),
+    env: EnvConfig = EnvConfig(),
+    agent: AgentConfig = AgentConfig(),
+    version: int = 0,
+  ):
+    self.tokenizer, self.env, self.agent = tokenizer, env, agent
+    self.gen = generator(model_cfg, params, tokenizer, engine, version)
+    self.fmt = ChatFormat(tokenizer, env.system_prompt)
+    self._episodes: dict[AgentConfig, SandboxEpisodes] = {}
+    self._lock = threading.Lock()
+
+  def episodes(self, agent: AgentConfig | None = None) -> SandboxEpisodes:
+    """The episode runner for `agent` (default: the replica's), built once per config."""
+    agent = agent or self.agent
+    with self._lock:
+      if agent not in self._episodes:
+        self._episodes[agent] = SandboxEpisodes(
+          self.gen,
+          self.fmt,
+          agent,
+          backend=self.env.backend,
+          image=self.env.image,
+          verifier_mode=self.env.verifier_mode,
+        )
+      return self._episodes[agent]
+
+  def close(self) -> None:
+    self.gen.close()
+
+
+def load_tokenizer(spec: str, workdir=None, corpus=None):
+  """ "byte", "bpe:<vocab size>" (trained on `corpus()` once, kept in WORKDIR/tokenizer) or a
+  Hugging Face checkpoint folder."""
+  if spec == "byte":
+    from models.tokenizer import ByteTokenizer
+
+    return ByteTokenizer()
+  from models import hf
+
+  if spec.startswith("bpe:"):
+    from models.tokenizer import save_tokenizer, train_bpe
+
+    try:
+      vocab = int(spec.split(":", 1)[1])
+    except ValueError:
+      raise ValueError(f"tokenizer: {spec!r} must be 'bpe:<vocab size>', e.g. 'bpe:512'") from None
+    if workdir is None or corpus is None:
+      raise ValueError(f"tokenizer {spec!r} needs a workdir and a corpus (experiment.run)")
+    path = pathlib.Path(workdir) / "tokenizer"
+    if not (path / "tokenizer.json").is_file():  # trained once; a resumed run reads it back
+      save_tokenizer(train_bpe(corpus(), vocab), path)
+    return hf.load_tokenizer(path)
+  return hf.load_tokenizer(spec)
+
+
+def tokenizer_corpus(tasks, n: int, system_prompt: str) -> list[str]:
+  """Texts a from-scratch tokenizer is trained on: instructions, reference actions, formats."""
+  pick = getattr(tasks, "corpus_tasks", tasks.demo_tasks)
+  texts = [system_prompt, format_tool_call("finish")]
+  texts += [format_exec_observation(c, "out", "err") for c in (0, 1, 2, 124)]
+  for t in pick(n):
+    texts.append(t.instruction)
+    acts = dict(t.metadata).get("demo_actions") or [
+      format_tool_call("shell", command=t.solution_script.strip())
+    ]
+    texts.extend(acts)
+  return texts
+
+
+def policy_from_checkpoint(
+  checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1
+):
+  """A PolicyAgent over a local HF checkpoint folder, and a function that shuts it down.
+
+  tokenizer: `auto` (the checkpoint's tokenizer.json), `byte` (models.tokenizer.ByteTokenizer)
+  or a folder holding tokenizer.json.
+  """
+  from envs.eval import PolicyAgent
+  from models import hf
+  from models.tokenizer import ByteTokenizer
+
+  agent_cfg = agent_cfg or AgentConfig(greedy=True)
+  model_cfg, params = hf.load(checkpoint)
+  tok = (
+    ByteTokenizer()
+    if tokenizer == "byte"
+    else hf.load_tokenizer(checkpoint if tokenizer == "auto" else tokenizer)
+  )
+  if tok.vocab_size > model_cfg.vocab_size:
+    raise ValueError(
+      f"tokenizer has {tok.vocab_size} ids but the checkpoint {checkpoint} only {model_cfg.vocab_size}"
+    )
+  max_len = min(model_cfg.max_seq_len, agent_cfg.max_context_tokens)
+  agent_cfg = dataclasses.replace(agent_cfg, max_context_tokens=max_len)
+  gen = generator(model_cfg, params, tok, EngineConfig(slots=concurrency, max_seq_len=max_len))
+  return PolicyAgent(gen, tok, agent_cfg), gen.close

@@ -1,0 +1,232 @@
+"""A run end to end: tokenizer, model, mesh, replica or Ray fleet, tasks; warm start; RL loop.
+
+`run(Experiment(...), workdir)` is what `python -m launch.train` and the notebook call; the
+configs are rl.config's. A workdir that already holds checkpoints is resumed (the warm start,
+rl.warm_start, is then skipped).
+
+Tasks: `env.tasks = "procedural:<family>"` draws fresh training tasks from a seeded family
+(group i gets seed hash(seed, i)); held-out evaluation uses `env.eval_tasks` tasks from seeds
+offset by `env.eval_seed`, never used in training. A folder of tasks is used through
+`envs.task_pool.TaskPool` (difficulty strata, quarantine), the held-out split by `env.eval_tasks`
+(rl.runtime.task_sources).
+
+In a multi-process job (`jax.distributed`) process 0 does all of the host work above and the
+other processes only follow its device work on the shared mesh (rl.runtime.multihost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import pathlib
+import time
+
+import jax
+import numpy as np
+
+from parallel.mesh import make_mesh
+from rl.config import Experiment
+from rl.runtime import multihost
+from rl.runtime.buffer import StalenessBuffer
+from rl.runtime.checkpoint import Checkpointer
+from rl.runtime.evaluation import evaluate
+from rl.runtime.replica import Replica, load_tokenizer, tokenizer_corpus
+from rl.runtime.rollout import RolloutManager
+from rl.runtime.task_sources import make_task_source
+from rl.runtime.telemetry import Telemetry
+from rl.runtime.trainer import Trainer
+from rl.runtime.trajectory_store import TrajectoryStore
+from rl.train_step import make_train_step
+from rl.warm_start import demonstrations, rl_state, warm_start
+
+
+def training_mesh(exp: Experiment):
+  """The training mesh of `exp` (its first `devices` devices, or all)."""
+  devices = jax.devices()[: exp.devices] if exp.devices else None
+  return make_mesh(exp.train.mesh, devices)
+
+
+def _initial_params(exp: Experiment, tok):
+  """The model config and host params to start from: a checkpoint or a seeded init."""
+  if exp.checkpoint:
+    from models import hf
+
+    return hf.load(exp.checkpoint)
+  from models import transformer
+
+  if tok is not None and exp.model.vocab_size < tok.vocab_size:
+    raise ValueError(f"model.vocab_size {exp.model.vocab_size} < tokenizer's {tok.vocab_size}")
+  return exp.model, jax.device_get(transformer.init(exp.model, jax.random.key(exp.loop.seed)))
+
+
+def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
+  """Runs (or resumes) the experiment in `workdir`; returns a summary (also summary.json).
+
+  `task_source(workdir, on_event) -> (source, eval_tasks)` replaces `env.tasks` (bring your own
+  task source: `task_for(group_id)`, `get(task_id)`, `demo_tasks(n)`, `observe_batch(groups)`,
+  `state_dict()`, `load_state_dict(d)`, as ProceduralTasks and PoolTasks implement).
+  """
+  exp.validate()
+  comm = (
+    multihost.channel()
+  )  # multi-process: only process 0 does host work (rl/runtime/multihost.py)
+  if comm.multi and exp.devices not in (0, jax.device_count()):
+    raise ValueError(f"devices={exp.devices}: a multi-process run trains on all devices (0)")
+  try:
+    return _run(exp, workdir, task_source, comm)
+  except BaseException:
+    comm.abort()  # process 0 failed: the others raise instead of waiting for it
+    raise
+
+
+def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
+  wd = pathlib.Path(workdir)
+  wd.mkdir(parents=True, exist_ok=True)
+  ckpt = Checkpointer(
+    wd / "checkpoints", every_steps=exp.loop.checkpoint_every, keep=exp.loop.keep_checkpoints
+  )
+  ckpt.install_signal_handlers()
+  resuming = ckpt.latest_step() is not None
+  if not comm.leader:
+    return _follow(exp, ckpt, comm, resuming)
+  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), indent=1, default=str))
+  tel = Telemetry(wd, total_steps=exp.loop.steps, initial_step=ckpt.latest_step() or 0)
+  if task_source is None:
+    tasks, eval_tasks = make_task_source(exp.env, exp.loop.seed, wd, tel.event)
+  else:
+    tasks, eval_tasks = task_source(wd, tel.event)
+  corpus = functools.partial(tokenizer_corpus, tasks, 2000, exp.env.system_prompt)
+  tok = load_tokenizer(exp.tokenizer, wd, corpus)
+  model_cfg, params = _initial_params(exp, tok)
+  mesh = training_mesh(exp)
+  replica = Replica(model_cfg, params, tok, exp.engine, exp.env, exp.agent)
+  gen, episodes, mk_eps = replica.gen, replica.episodes(), replica.episodes
+  if exp.cluster == "ray":  # rollout workers as Ray actors; same interface as gen/episodes
+    from rl.runtime import fleet
+
+    replica.close()
+    if exp.tokenizer.startswith("bpe:"):  # actors read the trained tokenizer's folder
+      exp = dataclasses.replace(exp, tokenizer=str(wd / "tokenizer"))
+    gen = fleet.from_experiment(exp, model_cfg, params, on_event=tel.event, tokenizer=tok)
+    episodes, mk_eps = gen, gen.with_agent
+  try:
+    sft = None  # the warm start's TrainState, if it runs
+    if exp.sft.steps and not resuming:
+      t0 = time.monotonic()
+      demo_tasks = tasks.demo_tasks(exp.sft.demos)
+      demos = demonstrations(
+        demo_tasks,
+        episodes,
+        tok,
+        exp.rollout.max_concurrency,
+        exp.sft.teacher_accuracy,
+        exp.sft.seed,
+      )
+      passed = sum(d["passed"] for d in demos)
+      tel.event(
+        "demonstrations",
+        n=len(demos),
+        of=len(demo_tasks),
+        passed=passed,
+        time_s=time.monotonic() - t0,
+      )
+      tel.write(
+        f"[sft] {len(demos)} demonstrations of {len(demo_tasks)} tasks, {passed} pass the verifier"
+      )
+      demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
+      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
+    state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
+    eval_agent = dataclasses.replace(exp.agent, greedy=exp.env.eval_greedy)
+    eval_fn = functools.partial(
+      evaluate, mk_eps(eval_agent), eval_tasks, workers=exp.rollout.max_concurrency
+    )
+    buffer = StalenessBuffer(exp.loop.batch_groups, exp.loop.staleness)
+    store = TrajectoryStore(wd)
+    rollouts = RolloutManager(
+      dataclasses.replace(exp.rollout, seed=exp.loop.seed),
+      run_episode=episodes,
+      tasks=tasks,
+      buffer=buffer,
+      store=store,
+      on_event=tel.event,
+    )
+    make_trainer = Trainer
+    if comm.multi:
+      make_trainer = functools.partial(multihost.LeaderTrainer, channel=comm)
+    trainer = make_trainer(
+      cfg=exp.loop,
+      train_cfg=exp.train,
+      model_cfg=model_cfg,
+      mesh=mesh,
+      state=state,
+      state_shardings=shardings,
+      generator=gen,
+      rollouts=rollouts,
+      buffer=buffer,
+      store=store,
+      checkpointer=ckpt,
+      telemetry=tel,
+      evaluate=eval_fn if exp.env.eval_tasks else None,
+      on_batch=tasks.observe_batch,
+      pad_id=tok.pad_id,
+    )
+    history = trainer.run()
+    extra = comm.finish(trainer.state)  # multi-process: stops the others, compares replicas
+  finally:
+    gen.close()
+    ckpt.close()
+  plots = tel.close()
+  summary = {**_summary(history, trainer.step, trainer.ckpt.preempted, plots), **extra}
+  (wd / "summary.json").write_text(json.dumps(summary, indent=1))
+  return summary
+
+
+def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[list[dict], int]:
+  """Process 0's demonstrations and pad id, the same on every process (one process: as is)."""
+  if not comm.multi:
+    return demos, pad_id
+  seqs = demos
+  if comm.leader:
+    seqs = [
+      {
+        "tokens": np.asarray(d["tokens"], np.int32),
+        "loss_mask": np.asarray(d["loss_mask"], np.float32),
+      }
+      for d in demos
+    ]
+  pad = comm.share({"pad_id": np.int32(pad_id)} if comm.leader else None)["pad_id"]
+  return multihost.share_sequences(comm, seqs, ("tokens", "loss_mask")), int(pad)
+
+
+def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
+  """A process other than 0 of a multi-process run: process 0's device work, no host work."""
+  try:
+    comm.watch(lambda: ckpt.preempted)
+    model_cfg, params = _initial_params(exp, None)
+    mesh = training_mesh(exp)
+    sft = None
+    if exp.sft.steps and not resuming:
+      demos, pad_id = _shared_demos(comm, None, None)
+      sft = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
+    state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
+    make_step = functools.partial(make_train_step, model_cfg, exp.train, mesh, shardings)
+    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train)
+  finally:
+    ckpt.close()
+  return {"step": int(state.step), "process": jax.process_index(), **extra}
+
+
+def _summary(history: list[dict], step: int, preempted: bool, plots) -> dict:
+  evals = [h for h in history if "eval/pass_rate/overall" in h]
+  return {
+    "step": step,
+    "preempted": preempted,
+    "eval_first": evals[0]["eval/pass_rate/overall"] if evals else None,
+    "eval_last": evals[-1]["eval/pass_rate/overall"] if evals else None,
+    "evals": [(h["step"], h["eval/pass_rate/overall"]) for h in evals],
+    "train_pass_rate": [
+      (h["step"], h["pass_rate/overall"]) for h in history if "pass_rate/overall" in h
+    ],
+    "plots": [str(p) for p in plots],
+  }

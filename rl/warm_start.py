@@ -1,0 +1,159 @@
+"""The SFT warm start: verified demonstrations, supervised steps, and RL's initial state.
+
+Warm start (`sft.steps > 0`): demonstrations are the tasks' reference actions replayed by
+`envs.agent.ScriptedPolicy` through the real agent loop in real sandboxes and kept only if the
+verifier passes them; SFT reuses the jitted GRPO step with advantage 1 and no behaviour
+logprobs (on-policy, ratio 1), whose gradient is exactly the token-mean cross-entropy's.
+`rl_state` then starts RL from the warm start's params (and, with `sft.carry_moments`, its
+AdamW second moments).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import jax
+import numpy as np
+import optax
+
+from envs.agent import ScriptedPolicy
+from envs.tool_format import format_tool_call
+from rl.batch import row_multiple, sft_batch
+from rl.config import Experiment, LossConfig, OptimConfig, TrainConfig
+from rl.train_state import create_train_state
+from rl.train_step import make_compute_logprobs, make_train_step
+
+
+def demonstrations(
+  tasks, episodes, tok, workers: int, teacher_accuracy: float = 1.0, seed: int = 0
+) -> list[dict]:
+  """Teacher actions replayed through the agent loop in real sandboxes, with their grade.
+
+  The teacher replays each task's reference command (or `demo_actions`); with
+  `teacher_accuracy` < 1 a seeded share of tasks gets one of the task's `teacher_mistakes`
+  instead and every demonstration is kept (`passed` says which the verifier passed);
+  otherwise only passing ones are kept.
+  """
+  rng = np.random.default_rng(seed)
+  right_u, which = rng.random(len(tasks)), rng.integers(0, 1 << 30, len(tasks))
+
+  def actions(i, task):
+    meta = dict(task.metadata)
+    if teacher_accuracy < 1.0 and right_u[i] >= teacher_accuracy:
+      wrong = meta.get("teacher_mistakes")
+      if not wrong:
+        raise ValueError(
+          f"sft.teacher_accuracy={teacher_accuracy}: task {task.id} has no teacher_mistakes "
+          "in its metadata (procedural families that have them: echo_word)"
+        )
+      cmd = wrong[which[i] % len(wrong)]
+    elif meta.get("demo_actions"):
+      return list(meta["demo_actions"])
+    else:
+      cmd = task.solution_script.strip()
+    return [format_tool_call("shell", command=cmd), format_tool_call("finish")]
+
+  def one(i_task):
+    i, task = i_task
+    policy = ScriptedPolicy(tok, actions(i, task))
+    return episodes(task, f"demo-{task.id}", 0, policy=policy)
+
+  with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+    outs = list(ex.map(one, enumerate(tasks)))
+  keep_failed = teacher_accuracy < 1.0
+  return [
+    {"tokens": s.tokens, "loss_mask": s.loss_mask, "passed": o.passed}
+    for o in outs
+    if not o.infra_error and (keep_failed or o.passed)
+    for s in o.episode.segments
+  ]
+
+
+def warm_start(
+  exp: Experiment,
+  model_cfg,
+  mesh,
+  params,
+  demos: list[dict],
+  tel,  # rl.runtime.telemetry.Telemetry, or None (no logging)
+  pad_id: int,
+  comm,
+):
+  """Supervised steps on demonstrations (see module docstring); returns the TrainState.
+
+  `comm`: rl.runtime.multihost's channel (`Local()` in one process); in a multi-process job
+  every process runs this with the same demos;
+  only process 0 has `tel`. The state is on the host (params, and the AdamW moments that
+  `sft.carry_moments` hands to RL).
+  """
+  s = exp.sft
+  if not demos:
+    raise RuntimeError("warm start: no demonstration passed the verifier (check the task family)")
+  cfg = TrainConfig(
+    loss=LossConfig(
+      kl="none",
+      policy_loss="ppo",
+      aggregation="token-mean",
+      compute_entropy=False,
+      entropy_coef=s.entropy_coef,
+    ),
+    optim=OptimConfig(
+      lr=s.lr,
+      warmup_steps=s.warmup_steps,
+      decay_steps=max(s.steps, 1),
+      end_lr_ratio=s.end_lr_ratio,
+      max_grad_norm=1.0,
+    ),
+    mesh=exp.train.mesh,
+    rules=exp.train.rules,
+  )
+  state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(s.seed), params=params)
+  rng = np.random.default_rng(s.seed)
+  mult = row_multiple(mesh, 1)
+  step_fn = logp_fn = None
+  for i in range(s.steps):
+    idx = rng.choice(len(demos), s.batch_size, replace=len(demos) < s.batch_size)
+    seqs = [demos[j] for j in idx]
+    batch = sft_batch(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)
+    on_mesh = comm.batch(batch, mesh, cfg.rules)
+    if step_fn is None:
+      step_fn = make_train_step(model_cfg, cfg, mesh, shardings, on_mesh)
+      logp_fn = make_compute_logprobs(model_cfg, cfg, mesh, shardings.params, on_mesh)
+    if i % s.log_every == 0 or i == s.steps - 1:
+      logp = np.asarray(comm.to_host(comm.call(logp_fn, state.params, on_mesh)))
+      mask = batch["loss_mask_BT"] * (batch["positions_BT"] > 0)
+      nll = float(-(logp * mask).sum() / max(mask.sum(), 1))
+      if tel is not None:
+        tel.log(i, {"sft/nll": nll}, progress=False)
+        tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
+    state, _ = comm.call(step_fn, state, on_mesh)
+  return comm.to_host(state)
+
+
+def carry_moments(opt_state, sft_opt_state, shardings):
+  """`opt_state` with the AdamW second moments and count of `sft_opt_state`, as `shardings`.
+
+  The first moments stay zero (fresh), and the learning-rate schedule's own count starts at
+  0, so RL's warmup and decay run as configured.
+  """
+
+  def pick(rl, sft):
+    if isinstance(rl, optax.ScaleByAdamState):
+      return rl._replace(nu=sft.nu, count=sft.count)
+    return rl
+
+  is_adam = lambda x: isinstance(x, optax.ScaleByAdamState)  # noqa: E731
+  return jax.device_put(jax.tree.map(pick, opt_state, sft_opt_state, is_leaf=is_adam), shardings)
+
+
+def rl_state(exp: Experiment, model_cfg, mesh, params, sft):
+  """RL's TrainState and shardings: from the warm start's params (`sft`, its host TrainState,
+  or None: `params`), with its AdamW moments when `sft.carry_moments`."""
+  if sft is not None:
+    params = sft.params
+  key = jax.random.key(exp.loop.seed)
+  state, shardings = create_train_state(model_cfg, exp.train, mesh, key, params=params)
+  if sft is not None and exp.sft.carry_moments:
+    opt = carry_moments(state.opt_state, sft.opt_state, shardings.opt_state)
+    state = state.replace(opt_state=opt)
+  return state, shardings

@@ -1,0 +1,247 @@
+"""Container-like mode and the host-escape classes, on both backends (and both modes where the
+class applies): a copy-on-write root as uid 0 that stays unprivileged outside; stray processes
+killed by cgroup / pid namespace (never by name); file transfers the agent cannot reach, capped
+and filtered host-side; host disk bounded; seccomp and no-new-privileges; exec timeouts that
+catch `setsid env -i` children; /proc/self/mountinfo without host paths."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tarfile
+
+import pytest
+
+from envs import sandbox as sandbox_lib
+from envs.sandbox import image as image_lib
+from envs.sandbox import testing
+from envs.sandbox.testing import make
+
+backend, mode, sandbox_image = testing.backend, testing.mode, testing.sandbox_image  # fixtures
+
+
+def _procs(sb) -> list[str]:
+  """The sandbox's processes but this exec's own (pid, state, cmdline)."""
+  r = sb.exec(
+    "for p in /proc/[0-9]*; do [ ${p#/proc/} = $$ ] && continue; "
+    "c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null) || continue; echo \"${p#/proc/} $c\"; done"
+  )
+  return [ln for ln in r.stdout.splitlines() if ln.split()[1:2] != ["tr"]]
+
+
+def test_container_root_is_copy_on_write(backend, sandbox_image):
+  with make(backend) as sb:
+    r = sb.exec("id -u; echo hi > /etc/agentrl-x && rm /etc/hosts && mkdir -p /data /app && "
+                "cp /bin/true /usr/local/bin/t && chmod 4755 /usr/local/bin/t && t && "
+                "stat -c %u /etc/passwd; pwd")  # fmt: skip
+    assert r.exit_code == 0 and r.stdout == "0\n0\n/workspace\n", r
+    assert sb.read_file("/etc/agentrl-x") == b"hi\n"
+  with make(backend) as fresh:  # the upper layer went with its sandbox
+    assert fresh.exec("test -e /etc/agentrl-x || test ! -e /etc/hosts").exit_code != 0
+  tree = sandbox_image.rootfs
+  assert (tree / "etc/hosts").exists() and not (tree / "etc/agentrl-x").exists()
+
+
+def test_container_identity_is_unprivileged_outside(backend):
+  with make(backend) as sb:
+    r = sb.exec("grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status")
+    caps = dict(ln.split(":\t") for ln in r.stdout.splitlines())
+    eff = int(caps["CapEff"], 16)
+    for bit, name in ((21, "SYS_ADMIN"), (19, "SYS_PTRACE"), (16, "SYS_MODULE"), (27, "MKNOD")):
+      assert not eff >> bit & 1, f"uid 0 holds CAP_{name}"
+    assert caps["NoNewPrivs"] == "1" and eff >> 0 & 1  # CHOWN kept, as in Docker
+    for cmd in (
+      "unshare -U true",
+      "unshare -m true",
+      "mount -t tmpfs x /mnt",
+      "mknod /tmp/d c 1 3",
+    ):
+      assert sb.exec(cmd).exit_code != 0, cmd
+    assert sb.exec("kill -9 1; echo alive").stdout == "alive\n" and sb.alive
+    if backend == "bwrap":  # uid 0 inside is an unprivileged uid of a leased range outside
+      assert sb.exec("sleep 30 >/dev/null 2>&1 & echo started").stdout == "started\n"
+      pids = [p for p in testing.descendants(os.getpid()) if _uid_of(p) is not None]
+      uids = {_uid_of(p) for p in pids} - {0, os.getuid()}
+      assert uids and min(uids) >= 1 << 20, uids
+
+
+def _uid_of(pid: int) -> int | None:
+  try:
+    for ln in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+      if ln.startswith("Uid:"):
+        return int(ln.split()[1])
+  except OSError:
+    return None
+  return None
+
+
+def test_stray_processes_die_whatever_their_name(backend, mode):
+  """A daemon that renames itself with ')' and a newline (faking /proc/PID/stat fields) and
+  leaves its session and environment still dies."""
+  with make(backend, mode=mode) as sb:
+    r = sb.exec(
+      'setsid env -i /bin/sh -c \'printf "x) S 1 1 1\\n" > /proc/self/comm; '
+      'exec -a "evil) S 1 1 1" sleep 4242\' >/dev/null 2>&1 & '
+      "nohup sleep 4343 >/dev/null 2>&1 & echo started"
+    )
+    assert r.stdout == "started\n", r
+    assert any("4242" in p for p in _procs(sb)) or any("4343" in p for p in _procs(sb))
+    sb.kill_strays()
+    left = [p for p in _procs(sb) if "4242" in p or "4343" in p]
+    assert not left, left
+    assert sb.exec("echo ok").stdout == "ok\n" and sb.alive  # the sandbox itself lives on
+
+
+def test_stray_processes_die_without_cgroups(mode):
+  """Without a tracking cgroup, the pid namespace is the boundary (kill(-1) from inside)."""
+  spec = sandbox_lib.SandboxSpec(mode=mode)
+  with sandbox_lib.make("bwrap", spec, cgroup_mode="none") as sb:
+    sb.write_file(f"{sb.home}/.bash_profile", "kill() { :; }\n")  # a rigged login shell
+    sb.exec("setsid env -i sleep 4646 >/dev/null 2>&1 & echo")
+    assert any("4646" in p for p in _procs(sb))
+    sb.kill_strays()
+    assert not [p for p in _procs(sb) if "4646" in p]
+
+
+def test_exec_timeout_kills_setsid_env_i_children(backend, mode):
+  with make(backend, mode=mode) as sb:
+    r = sb.exec("setsid env -i sleep 4444 & setsid -f env -i sleep 4445; wait", timeout_s=2)
+    assert r.timed_out
+    left = [p for p in _procs(sb) if "444" in p]
+    assert not left, left
+
+
+_KILLER = (  # the agent kills every process it can see but itself, pid 1 and its helpers
+  "while :; do for p in /proc/[0-9]*; do p=${p#/proc/}; [ $p = 1 ] || [ $p = $$ ] || "
+  "kill -STOP $p 2>/dev/null; done; done"
+)
+
+
+def test_transfers_are_out_of_the_agents_reach(backend, mode, tmp_path):
+  """File operations work while an agent process stops everything it can see."""
+  with make(backend, mode=mode) as sb:
+    sb.write_file("keep.txt", "before")
+    sb.exec(f"setsid nohup sh -c '{_KILLER}' >/dev/null 2>&1 &")
+    sb.write_file("a.txt", "payload")
+    assert sb.read_file("a.txt") == b"payload"
+    src = tmp_path / "up"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f").write_text("uploaded")
+    sb.upload(str(src), "up")
+    sb.download("up", str(tmp_path / "down"))
+    assert (tmp_path / "down" / "d" / "f").read_text() == "uploaded"
+    snap = sb.snapshot()
+    sb.restore(snap)
+
+
+def test_restore_accepts_only_issued_snapshots(backend, mode, tmp_path):
+  evil = tmp_path / "evil.tar"
+  with tarfile.open(evil, "w") as tf:
+    ti = tarfile.TarInfo("workspace/x")
+    ti.type, ti.linkname = tarfile.SYMTYPE, "/"
+    tf.addfile(ti)
+  with make(backend, mode=mode) as sb:
+    with pytest.raises(KeyError):
+      sb.restore(str(evil))
+    with pytest.raises(KeyError):
+      sb.restore("/etc/passwd")
+
+
+def test_downloads_materialise_no_dangerous_links(backend, mode, tmp_path):
+  secret = tmp_path / "host-secret"
+  secret.write_text("untouched")
+  with make(backend, mode=mode) as sb:
+    sb.exec(
+      f"mkdir -p ws/sub && ln -s {secret} ws/abs && ln -s ../../.. ws/sub/esc && "
+      "echo data > ws/f && ln ws/f ws/hard && ln -s / top"
+    )
+    out = tmp_path / "out"
+    sb.download("ws", str(out))
+    assert not os.path.lexists(out / "abs") and not os.path.lexists(out / "sub" / "esc")
+    assert (out / "hard").read_text() == "data\n" and not (out / "hard").is_symlink()
+    with pytest.raises(FileNotFoundError):
+      sb.download("top", str(tmp_path / "top"))  # a top-level link is never moved into place
+    assert not os.path.lexists(tmp_path / "top")
+    sb.upload(str(out), "ws")
+  assert secret.read_text() == "untouched"
+
+
+def test_host_disk_is_bounded(backend, mode, tmp_path):
+  with make(backend, mode=mode, disk_mb=16) as sb:
+    cap = sb.transfer_cap()
+    assert sb.exec("truncate -s 6G /tmp/sparse && echo ok").stdout == "ok\n"
+    with pytest.raises(sandbox_lib.TransferLimitError):
+      sb.download("/tmp/sparse", str(tmp_path / "sparse"))
+    with pytest.raises(sandbox_lib.TransferLimitError):
+      sb.read_file("/tmp/sparse")
+    assert not (tmp_path / "sparse").exists()
+    try:
+      snap = sb.snapshot()
+    except sandbox_lib.TransferLimitError:
+      pass
+    else:  # kept sparse: the host file is small
+      assert os.path.getsize(snap) <= cap
+    if backend == "bwrap":  # real bytes stop at the sandbox's own cap, never on the host
+      r = sb.exec("head -c 64M /dev/zero > /tmp/fill", timeout_s=60)
+      assert r.exit_code != 0 and "No space left" in r.stderr, r
+
+
+_SYSCALLS = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def err(nr, *a):
+  return 0 if libc.syscall(nr, *a) >= 0 else ctypes.get_errno()
+child = os.fork()
+if child == 0:
+  os.pause()
+print("ptrace", err(101, 16, child, 0, 0))          # PTRACE_ATTACH
+pidfd = os.pidfd_open(child)
+print("pidfd_getfd", err(438, pidfd, 0, 0))
+print("add_key", err(248, b"user", b"k", b"v", 1, -3))
+print("keyctl", err(250, 0, -3, 0, 0))
+os.kill(child, 9)
+"""
+
+
+def test_seccomp_denies_tracing_and_keys(mode):
+  with make("bwrap", mode=mode) as sb:
+    sb.write_file("/tmp/sc.py", _SYSCALLS)
+    r = sb.exec("python3 /tmp/sc.py; grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status")
+    got = dict(ln.split(None, 1) for ln in r.stdout.splitlines())
+    for name in ("ptrace", "pidfd_getfd", "add_key", "keyctl"):
+      assert got[name].strip() == "1", (name, r)  # EPERM
+    assert got["Seccomp:"].strip() == "2" and got["NoNewPrivs:"].strip() == "1"
+    r = sb.exec("cat /proc/1/status | grep -E '^(Seccomp|NoNewPrivs):'")  # pid 1 too
+    assert "Seccomp:\t2" in r.stdout and "NoNewPrivs:\t1" in r.stdout, r
+
+
+def test_mountinfo_shows_no_host_path(mode, sandbox_image):
+  with make("bwrap", mode=mode) as sb:
+    info = sb.exec("cat /proc/self/mountinfo").stdout
+    for needle in (str(image_lib.cache_root()), str(sandbox_image.rootfs), "agentrl"):
+      assert needle not in info, (needle, info)
+    assert " / / " in info
+
+
+def test_package_layers_install_at_build_time(backend):
+  spec = sandbox_lib.SandboxSpec(apt_packages=("dos2unix",), pip_packages=("six==1.16.0",))
+  with sandbox_lib.make(backend, spec) as sb:
+    r = sb.exec(
+      "printf 'a\\r\\n' | dos2unix | od -c | head -1; python3 -c 'import six; print(six.__version__)'"
+    )
+    assert r.exit_code == 0 and "a  \\n" in r.stdout and "1.16.0" in r.stdout, r
+    assert sb.exec("ls /var/lib/apt/lists | grep -c Packages").stdout.strip() == "0"
+  with pytest.raises(sandbox_lib.SandboxError, match="agentrl-no-such-pkg"):
+    sandbox_lib.make(backend, sandbox_lib.SandboxSpec(apt_packages=("agentrl-no-such-pkg",)))
+  with pytest.raises(sandbox_lib.SandboxError, match="agentrl-no-such-pip-pkg"):
+    sandbox_lib.make(backend, sandbox_lib.SandboxSpec(pip_packages=("agentrl-no-such-pip-pkg",)))
+
+
+@pytest.mark.parametrize(
+  ("field", "value"),
+  [("mode", "rootless"), ("apt_packages", ("Bad Name",)), ("pip_packages", ("--index-url=x",))],
+)
+def test_new_spec_fields_are_checked(field, value):
+  spec = sandbox_lib.SandboxSpec(**{field: value})
+  with pytest.raises(ValueError, match=f"SandboxSpec.{field}"):
+    sandbox_lib.make("bwrap", spec)

@@ -28,8 +28,10 @@ def test_lora_toy_run(tmp_path):
   assert summary["step"] == 3
   recs = [r for r in read_metrics(tmp_path) if "train/approx_kl" in r]
   assert [r["step"] for r in recs] == [1, 2, 3]
-  # Steps 2 and 3 were sampled by the engine after weight syncs of moved adapters: its merged
-  # weights give the trainer's factorised log-probs (a stale or unmerged engine would not).
-  assert recs[0]["train/grad_norm"] > 0 and recs[2]["train/entropy"] != recs[0]["train/entropy"]
-  for r in recs[1:]:
+  # Every step after the first update that moved the adapters was sampled by the engine after a
+  # weight sync of moved adapters: its merged weights give the trainer's factorised log-probs
+  # (an engine left on the base, or on stale weights, would not).
+  first = next(i for i, r in enumerate(recs) if r["train/grad_norm"] > 0)
+  assert first < 2, recs
+  for r in recs[first + 1 :]:
     assert r["train/approx_kl"] < 1e-9 and abs(r["train/ratio_max"] - 1) < 1e-4, r

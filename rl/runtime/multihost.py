@@ -37,6 +37,7 @@ from jax.experimental import multihost_utils
 from parallel import sharding
 from parallel.rules import merge_rules
 from rl.runtime.trainer import Trainer
+from rl.train_state import policy_params
 
 _CHANNELS = itertools.count()  # every process opens its channels in the same order
 
@@ -298,7 +299,7 @@ class LeaderTrainer(Trainer):
   def params_for_engine(self):
     """Host copies for process 0's engine (or Ray fleet): an all-gather every process joins."""
     self.ch.announce("params")
-    return self.ch.to_host(self.state.params)
+    return self.ch.to_host(policy_params(self.state, self.train_cfg))
 
   def train_batch(self, batch: dict) -> dict:
     self.ch.announce("train", batch, step=self.step)
@@ -310,17 +311,17 @@ class LeaderTrainer(Trainer):
 # ---------------------------------------------------------------- the followers' side
 
 
-def follow(ch: Channel, state, make_step, checkpointer, mesh, rules=()) -> tuple:
+def follow(ch: Channel, state, make_step, checkpointer, mesh, train_cfg) -> tuple:
   """A follower's whole run: does each op the leader announces; returns (state, summary)."""
   step_fn = None
   while True:
     op, args, arrays = ch.receive(("train", "params", "save", "restore", "stop"))
     if op == "train":
-      batch = ch.batch(arrays, mesh, rules)
+      batch = ch.batch(arrays, mesh, train_cfg.rules)
       step_fn = step_fn or make_step(batch)
       state, _ = ch.call(step_fn, state, batch)
     elif op == "params":
-      ch.to_host(state.params)
+      ch.to_host(policy_params(state, train_cfg))
     elif op == "save":
       checkpointer.save(args["step"], state, {}, force=True)
     elif op == "restore":

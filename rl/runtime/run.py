@@ -211,7 +211,7 @@ def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
       sft = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
     make_step = functools.partial(make_train_step, model_cfg, exp.train, mesh, shardings)
-    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train.rules)
+    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train)
   finally:
     ckpt.close()
   return {"step": int(state.step), "process": jax.process_index(), **extra}

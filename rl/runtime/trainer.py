@@ -38,6 +38,7 @@ from rl.runtime.records import Group
 from rl.runtime.rollout import RolloutManager
 from rl.runtime.telemetry import Telemetry
 from rl.runtime.trajectory_store import TrajectoryStore
+from rl.train_state import policy_params
 from rl.train_step import make_train_step
 
 
@@ -143,8 +144,8 @@ class Trainer:
 
   def params_for_engine(self):
     """The weights the generator loads after each update (a hook: rl.runtime.multihost's
-    LeaderTrainer gathers them across processes)."""
-    return engine_params(self.state.params)
+    LeaderTrainer gathers them across processes); under LoRA the base with merged adapters."""
+    return engine_params(policy_params(self.state, self.train_cfg))
 
   # -- one update ---------------------------------------------------------
   def _wait_batch(self) -> list[Group]:

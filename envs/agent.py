@@ -1,7 +1,9 @@
 """The agent loop: multi-turn tool-calling episodes in a sandbox, token-in/token-out.
 
-The tool-call protocol and chat format are envs.tool_format's. A malformed call becomes an
-error observation and the episode goes on; it never raises.
+The protocol is the format object's (`AgentConfig.protocol`, `make_format`): the Hermes
+tool-call format of envs.tool_format, or markdown-bash (envs.markdown_bash: one ```bash block
+per reply, a sentinel command to finish, which runs the rest of its block first). A malformed
+action becomes an error observation and the episode goes on; it never raises.
 
 Token-in/token-out: a trajectory keeps exactly the tokens and logprobs the engine produced.
 Each turn's prompt is the previous context + the new observation tokens (the tokenizer's chat
@@ -29,19 +31,21 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from envs.markdown_bash import MarkdownBashFormat
 from envs.sandbox.base import Sandbox, SandboxError
 from envs.tool_format import (
+  DEFAULT_SYSTEM_PROMPT,
   ELIDED,
   TOOL_CALL_CLOSE,
   ChatFormat,
   ToolCall,
   ToolCallError,
-  format_exec_observation,
-  parse_tool_call,
   truncate_middle,
 )
 from models.generator import GenerationRequest
 from models.sampling import SamplingParams
+
+PROTOCOLS = ("tool_call", "markdown_bash")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +70,13 @@ class AgentConfig:
   # (envs.harness.ExternalEpisodes), named "module:function" by `harness`.
   kind: str = "loop"
   harness: str = "envs.harness.mini_swe:run_mini_swe_agent"
+  protocol: str = "tool_call"  # tool_call (Hermes <tool_call> JSON) | markdown_bash
 
   def __post_init__(self):
     if self.kind not in ("loop", "external"):
       raise ValueError(f"AgentConfig.kind must be 'loop' or 'external', got {self.kind!r}")
+    if self.protocol not in PROTOCOLS:
+      raise ValueError(f"AgentConfig.protocol: {self.protocol!r} is not one of {PROTOCOLS}")
     for f in ("max_turns", "max_new_tokens", "max_episode_tokens", "max_context_tokens"):
       if getattr(self, f) <= 0:
         raise ValueError(f"AgentConfig.{f} must be > 0, got {getattr(self, f)}")
@@ -140,6 +147,20 @@ class Episode:
   @property
   def text(self) -> str:
     return "".join(t.action for t in self.turns)
+
+
+def make_format(protocol: str, tokenizer, system_prompt: str | None = None):
+  """The format object of `protocol`; system_prompt None: the protocol's own default.
+
+  markdown-bash keeps its versioned prompt file unless given another one: the tool-call
+  default prompt (EnvConfig's default) and "" both mean the file.
+  """
+  if protocol == "tool_call":
+    return ChatFormat(tokenizer, DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt)
+  if protocol == "markdown_bash":
+    own = system_prompt if system_prompt not in (None, "", DEFAULT_SYSTEM_PROMPT) else None
+    return MarkdownBashFormat(tokenizer, own)
+  raise ValueError(f"agent.protocol: {protocol!r} is not one of {PROTOCOLS}")
 
 
 def run_episode(
@@ -222,7 +243,7 @@ class _Runner:
     t1 = time.monotonic()
     call, err = None, None
     try:
-      call = parse_tool_call(action)
+      call = self.fmt.parse(action)
     except ToolCallError as e:
       err = str(e)
     rec = TurnRecord(
@@ -230,14 +251,14 @@ class _Runner:
     )
     self.turns.append(rec)
     if call is not None and call.name == "finish":
+      if call.arguments.get("command", "").strip():  # markdown-bash: the block's other lines
+        self._act(call, rec)
       self.history.append((list(res.tokens), []))
       return "finish"
-    obs = self._act(call, rec) if call is not None else f"error: {err}"
+    obs = self._act(call, rec) if call is not None else truncate_middle(err, self.cfg.max_obs_chars)
     rec.env_s = time.monotonic() - t1
     ended_eos = bool(res.tokens) and res.tokens[-1] in self.fmt.stop_ids
-    obs_tokens = self.fmt.observation(
-      truncate_middle(obs, self.cfg.max_obs_chars), res.tokens[-1] if ended_eos else None
-    )
+    obs_tokens = self.fmt.observation(obs, res.tokens[-1] if ended_eos else None)
     seg.extend(obs_tokens)
     self.history.append((list(res.tokens), obs_tokens))
     return None
@@ -259,7 +280,7 @@ class _Runner:
         seed=(self.seed * 1000003 + turn) & 0x7FFFFFFF,
       ),
       stop_token_ids=self.fmt.stop_ids,
-      stop_strings=(TOOL_CALL_CLOSE,),
+      stop_strings=tuple(self.fmt.stop_strings),
       session_id=self.session_id,
     )
     try:
@@ -279,14 +300,14 @@ class _Runner:
     rec.command = call.arguments.get("command") or f"write_file {call.arguments.get('path')}"
     if call.name == "write_file":
       self.sandbox.write_file(call.arguments["path"], call.arguments["content"])
-      rec.exit_code, obs = (
-        0,
-        f"wrote {len(call.arguments['content'])} chars to {call.arguments['path']}",
-      )
+      n, path = len(call.arguments["content"]), call.arguments["path"]
+      rec.exit_code, obs = 0, truncate_middle(f"wrote {n} chars to {path}", self.cfg.max_obs_chars)
     else:
       r = self.sandbox.exec(call.arguments["command"], timeout_s=timeout)
       rec.exit_code = r.exit_code
-      obs = format_exec_observation(r.exit_code, r.stdout, r.stderr, r.timed_out)
+      obs = self.fmt.format_output(
+        r.exit_code, r.stdout, r.stderr, timed_out=r.timed_out, max_chars=self.cfg.max_obs_chars
+      )
     if snap is not None and before > 0 and self._workspace_entries() == 0:
       self.sandbox.restore(snap)
       rec.rolled_back = True
@@ -329,13 +350,15 @@ class ScriptedPolicy:
   """The Generator API replaying fixed action texts: demonstrations for SFT, and tests.
 
   Each submit() returns the next action's tokens (cut at `max_new_tokens`) with logprob 0 and
-  version -1; after the script ends it repeats the last action.
+  version -1; after the script ends it repeats the last action. `append_eos`: end each action
+  with the tokenizer's EOS, as an engine stopping at the end of its turn does.
   """
 
-  def __init__(self, tokenizer, actions: list[str]):
+  def __init__(self, tokenizer, actions: list[str], append_eos: bool = False):
     if not actions:
       raise ValueError("ScriptedPolicy needs at least one action")
     self.tokenizer, self.actions, self.calls = tokenizer, list(actions), 0
+    self.append_eos = append_eos
     self.prompts: list[list[int]] = []
 
   def submit(self, req):
@@ -346,7 +369,9 @@ class ScriptedPolicy:
     self.prompts.append(list(req.prompt_tokens))
     text = self.actions[min(self.calls, len(self.actions) - 1)]
     self.calls += 1
-    toks = self.tokenizer.encode(text)[: req.max_new_tokens]
+    toks = (self.tokenizer.encode(text) + [self.tokenizer.eos_id] * self.append_eos)[
+      : req.max_new_tokens
+    ]
     reason = "stop_string" if text.endswith(TOOL_CALL_CLOSE) else "stop"
     fut = concurrent.futures.Future()
     fut.set_result(

@@ -77,12 +77,11 @@ class PolicyAgent:
 
   def __init__(self, policy, tokenizer, agent_cfg=None, system_prompt: str | None = None):
     from envs import agent as agent_lib  # jax-backed; imported only when a model is evaluated
-    from envs import tool_format
 
     self.policy = policy
     self.agent_cfg = agent_cfg or agent_lib.AgentConfig()
-    prompt = tool_format.DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
-    self.fmt = tool_format.ChatFormat(tokenizer, prompt)
+    # None: the protocol's own default prompt (tool_call's, or the versioned markdown-bash file)
+    self.fmt = agent_lib.make_format(self.agent_cfg.protocol, tokenizer, system_prompt)
 
   def run(self, sb, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
     from envs import agent as agent_lib

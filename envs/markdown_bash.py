@@ -23,17 +23,18 @@ import dataclasses
 import importlib.resources
 import re
 
+from envs.tool_format import ToolCall, ToolCallError, delta_tokens, render_delta, truncate_middle
+
 SENTINEL = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 PROMPT_VERSION = 1
 _BLOCK_RE = re.compile(r"```bash[ \t]*\n(.*?)```", re.DOTALL)
-_PLACEHOLDER = "\x1eAGENTRL_ACTION\x1e"
 FORMAT_ERROR = (
   "Format error: {problem}. Reply with exactly one command block:\n\n```bash\n<command>\n```\n\n"
   f"When the task is done, run `{SENTINEL}` alone in the block."
 )
 
 
-class FormatError(ValueError):
+class FormatError(ToolCallError):
   """A reply that is not exactly one ```bash block; its message is the observation."""
 
 
@@ -79,14 +80,6 @@ def format_action(command: str) -> str:
   return f"```bash\n{command}\n```"
 
 
-def truncate_middle(text: str, max_chars: int) -> str:
-  """Keeps the head and tail of `text` around a marker saying how much was cut."""
-  if len(text) <= max_chars:
-    return text
-  head, tail = max_chars // 2, max_chars - max_chars // 2
-  return f"{text[:head]}\n[... {len(text) - max_chars} chars truncated ...]\n{text[-tail:]}"
-
-
 def format_output(exit_code: int, stdout: str, stderr: str, *, timed_out: bool = False,
                   max_chars: int = 4000) -> str:  # fmt: skip
   """The user turn after a command: exit code, then stdout and stderr (middle-truncated)."""
@@ -100,11 +93,13 @@ def format_output(exit_code: int, stdout: str, stderr: str, *, timed_out: bool =
 class MarkdownBashFormat:
   """Instructions and observations as tokens, with the tokenizer's chat template.
 
-  Mirrors the tool-call protocol's format object: `prompt`, `observation(text, after_stop)`,
-  `stop_ids`, plus `parse` for the reply and `render_episode` for checks.
+  The same interface as envs.tool_format.ChatFormat (`prompt`, `observation(text,
+  after_stop)`, `stop_ids`, `stop_strings`, `parse`, `format_output`), which the agent loop
+  speaks; plus `render_episode` for checks.
   """
 
   name = "markdown_bash"
+  stop_strings = ()  # a reply ends with the assistant turn (EOS)
 
   def __init__(self, tokenizer, system_prompt: str | None = None):
     self.tokenizer = tokenizer
@@ -113,32 +108,26 @@ class MarkdownBashFormat:
     self._head = [{"role": "system", "content": self.system_prompt}]
     self._delta("probe")  # fails now, not mid-episode, if the template drops a turn
 
-  parse = staticmethod(parse_action)
+  @staticmethod
+  def parse(text: str) -> ToolCall:
+    """The reply as the agent loop's action: `shell`, or `finish` (its `command` runs first)."""
+    act = parse_action(text)
+    return ToolCall("finish" if act.finish else "shell", {"command": act.command})
+
+  format_output = staticmethod(format_output)
 
   def prompt(self, instruction: str) -> list[int]:
     msgs = self._head + [{"role": "user", "content": instruction}]
-    return self.tokenizer.encode(self.tokenizer.apply_chat_template(msgs))
+    return self.tokenizer.encode(
+      self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    )
 
   def _delta(self, text: str) -> str:
-    msgs = self._head + [
-      {"role": "user", "content": "x"},
-      {"role": "assistant", "content": _PLACEHOLDER},
-      {"role": "user", "content": text},
-    ]
-    rendered = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
-    i = rendered.find(_PLACEHOLDER)
-    if i < 0 or text not in rendered[i:]:
-      raise ValueError("chat template dropped the assistant action or the user observation")
-    return rendered[i + len(_PLACEHOLDER) :]
+    return render_delta(self.tokenizer, self._head, "user", text)
 
   def observation(self, text: str, after_stop: int | None = None) -> list[int]:
     """Tokens after an action; `after_stop`: the stop token the action already ended with."""
-    delta = self._delta(text)
-    if after_stop is not None:
-      stop_text = self.tokenizer.decode([after_stop])
-      if stop_text and delta.startswith(stop_text):
-        delta = delta[len(stop_text) :]
-    return self.tokenizer.encode(delta)
+    return delta_tokens(self.tokenizer, self._delta(text), after_stop)
 
   def render_episode(self, instruction: str, actions: list[str], observations: list[str]) -> str:
     """The whole episode in one template render (actions[i] is followed by observations[i])."""

@@ -37,7 +37,7 @@ _PLACEHOLDER = "\x1eAGENTRL_ACTION\x1e"
 
 
 class ToolCallError(ValueError):
-  """A malformed tool call; its message is shown to the model as the observation."""
+  """A malformed action (of any protocol); its message is shown to the model as the observation."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,13 +101,44 @@ def format_exec_observation(exit_code: int, stdout: str, stderr: str, timed_out=
   return "\n".join(parts)
 
 
+def render_delta(tokenizer, head: list[dict], role: str, content: str) -> str:
+  """The template text after an assistant action: its end, a `role` turn, the generation prompt.
+
+  One render of `head` + a user turn + a placeholder action + the `role` turn, cut after the
+  placeholder, so tokenising it never re-tokenises earlier turns (token-in/token-out).
+  """
+  msgs = head + [
+    {"role": "user", "content": "x"},
+    {"role": "assistant", "content": _PLACEHOLDER},
+    {"role": role, "content": content},
+  ]
+  rendered = tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+  i = rendered.find(_PLACEHOLDER)
+  if i < 0 or content not in rendered[i:]:
+    raise ValueError(f"chat template dropped the assistant action or the {role} turn")
+  return rendered[i + len(_PLACEHOLDER) :]
+
+
+def delta_tokens(tokenizer, delta: str, after_stop: int | None) -> list[int]:
+  """Tokens of `delta`; `after_stop`: the stop token the action already ended with (not twice)."""
+  if after_stop is not None:
+    stop_text = tokenizer.decode([after_stop])
+    if stop_text and delta.startswith(stop_text):
+      delta = delta[len(stop_text) :]
+  return tokenizer.encode(delta)
+
+
 class ChatFormat:
   """Turns instructions and observations into tokens with the tokenizer's chat template.
 
   `observation(text)` returns the tokens that follow a model action: the end of the assistant
-  turn, the tool message and the next generation prompt. They come from one render of the
-  template with a placeholder action, so earlier turns are never re-tokenised.
+  turn, the tool message and the next generation prompt (`render_delta`). The agent loop asks
+  it for `parse`, `stop_strings` and `format_output`, as it asks envs.markdown_bash's format.
   """
+
+  name = "tool_call"
+  stop_strings = (TOOL_CALL_CLOSE,)
+  parse = staticmethod(parse_tool_call)
 
   def __init__(self, tokenizer, system_prompt: str = DEFAULT_SYSTEM_PROMPT):
     self.tokenizer = tokenizer
@@ -129,22 +160,13 @@ class ChatFormat:
 
   def _delta(self, text: str) -> str:
     content = text if self.tool_role == "tool" else f"<tool_response>\n{text}\n</tool_response>"
-    msgs = self._head + [
-      {"role": "user", "content": "x"},
-      {"role": "assistant", "content": _PLACEHOLDER},
-      {"role": self.tool_role, "content": content},
-    ]
-    rendered = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
-    i = rendered.find(_PLACEHOLDER)
-    if i < 0 or text not in rendered[i:]:
-      raise ValueError("chat template dropped the assistant action or the tool response")
-    return rendered[i + len(_PLACEHOLDER) :]
+    return render_delta(self.tokenizer, self._head, self.tool_role, content)
 
   def observation(self, text: str, after_stop: int | None = None) -> list[int]:
     """Tokens after an action; `after_stop`: the stop token the action already ended with."""
-    delta = self._delta(text)
-    if after_stop is not None:
-      stop_text = self.tokenizer.decode([after_stop])
-      if stop_text and delta.startswith(stop_text):
-        delta = delta[len(stop_text) :]
-    return self.tokenizer.encode(delta)
+    return delta_tokens(self.tokenizer, self._delta(text), after_stop)
+
+  @staticmethod
+  def format_output(exit_code, stdout, stderr, *, timed_out=False, max_chars=2000) -> str:
+    """The tool response after a shell command, middle-truncated to `max_chars`."""
+    return truncate_middle(format_exec_observation(exit_code, stdout, stderr, timed_out), max_chars)

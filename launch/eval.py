@@ -47,6 +47,9 @@ _MAX_EP_TOKENS = flags.DEFINE_integer("max_episode_tokens", 8192, "Policy: token
 _MAX_CONTEXT = flags.DEFINE_integer("max_context_tokens", 8192, "Policy: context length.")
 _GREEDY = flags.DEFINE_bool("greedy", True, "Policy: greedy decoding.")
 _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Policy: temperature when not greedy.")
+_PROTOCOL = flags.DEFINE_enum(
+  "protocol", "tool_call", ["tool_call", "markdown_bash"], "Policy: the agent protocol."
+)
 _EXPORT = flags.DEFINE_bool("export_failures", True, "Export failed episodes to OUT/flywheel.")
 _TRAIN_TASKS = flags.DEFINE_string(
   "train_tasks", None, "Training pool for the decontamination report."
@@ -98,6 +101,7 @@ def _agent():
     max_context_tokens=_MAX_CONTEXT.value,
     greedy=_GREEDY.value,
     temperature=_TEMPERATURE.value,
+    protocol=_PROTOCOL.value,
   )
   return replica.policy_from_checkpoint(
     _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value

@@ -210,6 +210,18 @@ def behaviour_weights(prox_BT, behave_BT, mask_BT, segs: Segments, cfg: LossConf
   return jnp.where(over_BT, 0.0, w_BT), over_BT.astype(jnp.float32)
 
 
+def mismatch(logp_BT, behave_BT, cfg: LossConfig) -> dict:
+  """Train-inference mismatch per token: |log mu - log pi| and the k3 estimate of KL(mu || pi).
+
+  mu is the engine's behaviour policy (the tokens were sampled from it), pi the trainer's
+  log-probs of the same params: r = pi / mu, KL(mu || pi) ~ r - 1 - log r. Before any update
+  they differ only by numerics (kernels, dtype, batch shape), so this is a correctness probe.
+  """
+  c = cfg.log_ratio_clamp
+  lr_BT = jnp.clip(jax.lax.stop_gradient(logp_BT) - behave_BT, -c, c)
+  return {"mismatch_mean": jnp.abs(lr_BT), "mismatch_kl": jnp.expm1(lr_BT) - lr_BT}
+
+
 def loss_from_logprobs(logp_BT, ent_BT, inputs: dict, segs: Segments, d: Denoms, cfg: LossConfig):
   """The scalar loss and per-token metric arrays from the current policy's log-probs.
 
@@ -242,9 +254,13 @@ def loss_from_logprobs(logp_BT, ent_BT, inputs: dict, segs: Segments, d: Denoms,
   log_ratio_BT = jnp.log(jnp.maximum(jax.lax.stop_gradient(ratio_BT), 1e-30))
   ratio_sg = jax.lax.stop_gradient(ratio_BT)
   tok.update(ratio=ratio_sg, approx_kl=ratio_sg - 1.0 - log_ratio_BT)
+  tok.update(mismatch(logp_BT, behave_BT, cfg))
   metrics = {
     "sum": {k: jnp.sum(jax.lax.stop_gradient(v) * mask_BT) for k, v in tok.items()},
-    "max": {"ratio": jnp.max(jnp.where(mask_BT > 0, ratio_sg, -jnp.inf))},
+    "max": {
+      "ratio": jnp.max(jnp.where(mask_BT > 0, ratio_sg, -jnp.inf)),
+      "mismatch": jnp.max(jnp.where(mask_BT > 0, tok["mismatch_mean"], -jnp.inf)),
+    },
     "min": {"ratio": jnp.min(jnp.where(mask_BT > 0, ratio_sg, jnp.inf))},
   }
   return agg(loss_BT, mask_BT, segs, d), metrics

@@ -261,6 +261,8 @@ def _patterns(tmp_path) -> pathlib.Path:
   _write(root / "tb2-base", TB2_BASE)
   _write(root / "tb1-compose", TB1_COMPOSE)
   _write(root / "root-writes", ROOT_WRITES)
+  # COPY keeps the build context's file mode (as Docker does): the script must be executable.
+  (root / "root-writes" / "environment" / "greet.sh").chmod(0o755)
   _write(root / "broken", {**TB2_BASE, "task.toml": "version = [\n"})
   return root
 

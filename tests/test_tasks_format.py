@@ -398,7 +398,7 @@ def test_scripted_agent_command_files(tmp_path):
   ]
   (tmp_path / "cmds.yaml").write_text("- echo 1\n- command: echo 2\n  min_timeout_sec: 3\n")
   agent = ScriptedAgent.from_file(tmp_path / "cmds.yaml")
-  assert agent.commands == ["echo 1", "echo 2"] and agent.name == "scripted:cmds.yaml"
+  assert agent.commands_for(None) == ["echo 1", "echo 2"] and agent.name == "scripted:cmds.yaml"
   (tmp_path / "cmds.json").write_text('["pwd", {"command": "id"}]')
   assert load_commands(tmp_path / "cmds.json") == ["pwd", "id"]
   (tmp_path / "bad.json").write_text("[1]")

@@ -19,9 +19,9 @@ import dataclasses
 import pathlib
 import threading
 
-from envs.agent import AgentConfig
+from envs.agent import AgentConfig, make_format
 from envs.episodes import SandboxEpisodes
-from envs.tool_format import ChatFormat, format_exec_observation, format_tool_call
+from envs.tool_format import format_exec_observation, format_tool_call
 from rl.config import EngineConfig, EnvConfig
 
 
@@ -47,7 +47,10 @@ def generator(model_cfg, params, tokenizer, cfg: EngineConfig, version: int = 0)
 
 
 class Replica:
-  """A generator and, per agent config, an episode runner on it (see module docstring)."""
+  """A generator and, per agent config, an episode runner on it (see module docstring).
+
+  The chat format follows `agent.protocol` (envs.agent.make_format), one per protocol.
+  """
 
   def __init__(
     self,
@@ -61,7 +64,8 @@ class Replica:
   ):
     self.tokenizer, self.env, self.agent = tokenizer, env, agent
     self.gen = generator(model_cfg, params, tokenizer, engine, version)
-    self.fmt = ChatFormat(tokenizer, env.system_prompt)
+    self.fmt = make_format(agent.protocol, tokenizer, env.system_prompt)
+    self._formats = {agent.protocol: self.fmt}
     self._episodes: dict[AgentConfig, SandboxEpisodes] = {}
     self._lock = threading.Lock()
     self._gateway = self._server = None  # built on the first agent.kind=external runner
@@ -72,10 +76,13 @@ class Replica:
     with self._lock:
       if agent not in self._episodes and agent.kind == "external":
         self._episodes[agent] = self._external(agent)
+      if agent.protocol not in self._formats:
+        fmt = make_format(agent.protocol, self.tokenizer, self.env.system_prompt)
+        self._formats[agent.protocol] = fmt
       if agent not in self._episodes:
         self._episodes[agent] = SandboxEpisodes(
           self.gen,
-          self.fmt,
+          self._formats[agent.protocol],
           agent,
           backend=self.env.backend,
           image=self.env.image,

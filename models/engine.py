@@ -519,20 +519,24 @@ class Engine:
       b *= 4
     return [*out, None]
 
-  def warmup(self, *, prompt_buckets=(), prefill_batches=(1,), steps=(1,), background=False):
-    """Compiles decode (every page bucket x `steps`), and prefill + insert for each
-    (batch, bucket), ahead of the first request. background=True returns the started
+  def warmup(self, *, prompt_buckets=(), prefill_batches=(1,), steps=(1,), buckets=None,
+             background=False):  # fmt: skip
+    """Compiles decode (page `buckets`, default all, x `steps`), and prefill + insert for
+    each (batch, bucket), ahead of the first request. background=True returns the started
     thread (calls made meanwhile compile on their own); else returns None when done."""
     if background:
+      kw = dict(prompt_buckets=prompt_buckets, prefill_batches=prefill_batches, steps=steps)
       t = threading.Thread(
-        target=self.warmup, name="agentrl-engine-warmup", daemon=True,
-        kwargs=dict(prompt_buckets=prompt_buckets, prefill_batches=prefill_batches, steps=steps),
-      )  # fmt: skip
+        target=self.warmup,
+        name="agentrl-engine-warmup",
+        daemon=True,
+        kwargs=dict(kw, buckets=buckets),
+      )
       t.start()
       return t
     state = jax.eval_shape(self.init_decode_state)
     for n in sorted(steps, reverse=True):
-      for pages in self.page_buckets():
+      for pages in self.page_buckets() if buckets is None else buckets:
         jitted = self._generate_jit if n == 1 else self._generate_steps_jit
         extra = {} if n == 1 else {"steps": n}
         self._compile(

@@ -97,8 +97,10 @@ class Generator:
     max_prefill_batch: int = 16, max_prefill_tokens: int = 4096, decode_chunk: int = 8,
     warmup: bool = True,
   ):  # fmt: skip
-    """warmup: compile every decode variant on a background thread from the start (a
-    dispatch whose variant it has not reached yet waits for it instead of compiling twice)."""
+    """warmup: compile the full-page decode variants (every long request reaches them) on a
+    background thread from the start; a dispatch whose variant is still compiling waits for
+    it. Smaller page buckets compile on first use (warming them all cost more than it saved
+    on 2 cores)."""
     self.engine, self.tokenizer = engine, tokenizer
     self.max_prefill_batch, self.max_prefill_tokens = max_prefill_batch, max_prefill_tokens
     self.decode_chunk = decode_chunk
@@ -121,7 +123,7 @@ class Generator:
     self._counters = collections.Counter()
     self._t0 = time.perf_counter()
     if warmup:
-      engine.warmup(steps=sorted({1, decode_chunk}), background=True)
+      engine.warmup(steps=sorted({1, decode_chunk}), buckets=(None,), background=True)
     self._thread = threading.Thread(target=self._run, name="agentrl-generator", daemon=True)
     self._thread.start()
 

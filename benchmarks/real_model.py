@@ -210,7 +210,12 @@ def child_first_token(args, path):
 def child_update(args, path):
   import jax
 
-  from benchmarks.train_step import make_batch, step_flops
+  spec = importlib.util.spec_from_file_location(
+    "train_step_bench", ROOT / "benchmarks" / "train_step.py"
+  )
+  ts = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(ts)  # its make_batch and step_flops (the same FLOP count)
+  make_batch, step_flops = ts.make_batch, ts.step_flops
   from models import hf_config
   from parallel.mesh import MeshConfig, make_mesh
   from rl.config import OptimConfig, TrainConfig

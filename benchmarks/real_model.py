@@ -294,7 +294,7 @@ def main():
   ap.add_argument("--json", default=None, help="also write the figures here")
   ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
   args = ap.parse_args()
-  if args.quick:
+  if args.quick and not args.child:  # children get the settings spelled out
     args.batches, args.prompt, args.new, args.decode_slots = "1,8", 64, 32, 8
     args.update_batch, args.update_len, args.update_steps = 8, 128, 1
   args.batches = [int(b) for b in args.batches.split(",")]
@@ -303,7 +303,10 @@ def main():
     return child_first_token(args, path)
   if args.child == "update":
     return child_update(args, path)
-  argv = [a for a in sys.argv[1:] if not a.startswith("--parts")] + ["--model", str(path)]
+  argv = ["--model", str(path), "--prompt", str(args.prompt), "--new", str(args.new)]
+  argv += ["--update_batch", str(args.update_batch), "--update_len", str(args.update_len)]
+  argv += ["--update_steps", str(args.update_steps), "--remat", args.remat]
+  argv += ["--micro_batches", str(args.micro_batches)]
   load = " ".join(f"{x:.1f}" for x in os.getloadavg())
   print(f"when: {time.strftime('%Y-%m-%d %H:%M:%S')}  load average: {load}  cpus: "
         f"{os.cpu_count()}  model: {path.name}  prompt {args.prompt}, new {args.new}", flush=True)  # fmt: skip

@@ -4,8 +4,9 @@ A background thread admits requests as slots and pages free up, runs jitted deco
 all slots and reads each dispatch's tokens one dispatch late, so the device always has the next
 work queued while the host handles the previous one (a finished request therefore costs a few
 discarded tokens of compute). A dispatch is `decode_chunk` steps in one call (one host round
-trip) while no running request can reach its token limit inside it, else a single step. Pages are reserved for prompt + max_new_tokens at
-admission (so a running request never runs out) but allocated as tokens arrive.
+trip) while no running request can reach its token limit inside it, else a single step.
+Pages are reserved for prompt + max_new_tokens at admission (so a running request never runs
+out) but allocated as tokens arrive.
 
 Prefix reuse: a request with a `session_id` keeps its pages after it finishes, together with the
 exact tokens whose K/V they hold. The next request of the session is matched token-exactly
@@ -94,7 +95,12 @@ class Generator:
   def __init__(
     self, engine: Engine, *, tokenizer=None, prefix_caching: bool = False,
     max_prefill_batch: int = 16, max_prefill_tokens: int = 4096, decode_chunk: int = 8,
+    warmup: bool = True,
   ):  # fmt: skip
+    """warmup: compile the full-page decode variants (every long request reaches them) on a
+    background thread from the start; a dispatch whose variant is still compiling waits for
+    it. Smaller page buckets compile on first use (warming them all cost more than it saved
+    on 2 cores)."""
     self.engine, self.tokenizer = engine, tokenizer
     self.max_prefill_batch, self.max_prefill_tokens = max_prefill_batch, max_prefill_tokens
     self.decode_chunk = decode_chunk
@@ -116,6 +122,8 @@ class Generator:
     self._state = engine.init_decode_state()
     self._counters = collections.Counter()
     self._t0 = time.perf_counter()
+    if warmup:
+      engine.warmup(steps=sorted({1, decode_chunk}), buckets=(None,), background=True)
     self._thread = threading.Thread(target=self._run, name="agentrl-generator", daemon=True)
     self._thread.start()
 
@@ -325,7 +333,7 @@ class Generator:
     return True
 
   def _chunk(self, lives) -> int:
-    """Steps for the next dispatch (a power of two up to decode_chunk; 0: none needed).
+    """Steps for the next dispatch: decode_chunk or 1 (two compiled variants); 0: none needed.
 
     Enough to dispatch every running request's remaining tokens; while requests wait for a
     slot, only as many as keep the first slot that frees up from idling (1 if a running
@@ -339,10 +347,12 @@ class Generator:
       cap = 1 if may_stop else max(min(left), 1)
     if cap <= 0:
       return 0
-    n = 1
-    while 2 * n <= min(cap, self.decode_chunk):
-      n *= 2
-    return n
+    if cap >= self.decode_chunk:
+      return self.decode_chunk
+    # A short tail: run a whole chunk anyway (its extra positions get no page and their tokens
+    # are discarded) unless a waiting request needs the slot or a slot would pass the end.
+    room = min(self.engine.max_seq_len - lv.written for lv in lives)
+    return self.decode_chunk if not self._pending and room >= self.decode_chunk else 1
 
   def _dispatch(self) -> bool:
     p, lives = self.engine.page_size, list(self._live.values())

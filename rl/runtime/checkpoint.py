@@ -8,7 +8,7 @@ A checkpoint at step S holds two items:
 
 Saving is asynchronous (orbax copies device arrays to host, then writes in a background
 thread); a checkpoint directory becomes visible only once complete, so a `kill -9` during a save
-leaves the previous checkpoint intact. SIGTERM (and SIGINT, optionally) only raises a flag:
+leaves the previous checkpoint intact. SIGTERM and SIGINT (Ctrl-C) only raise a flag:
 the loop saves at the next step boundary and exits cleanly (`preempted`).
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 import jax
@@ -51,11 +52,23 @@ class Checkpointer:
 
   # -- preemption ---------------------------------------------------------
   def install_signal_handlers(self, signals=(signal.SIGTERM,)) -> None:
-    """On these signals, only set `preempted`; the loop saves and exits at a step boundary."""
+    """On these signals, only set `preempted`; the loop saves and exits at a step boundary.
+
+    A second SIGINT (Ctrl-C) while a save is pending aborts at once (KeyboardInterrupt).
+    """
     if threading.current_thread() is not threading.main_thread():
       return  # signal handlers can only be installed from the main thread
     for sig in signals:
-      self._old_handlers[sig] = signal.signal(sig, lambda *_: self._preempted.set())
+      self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+
+  def _on_signal(self, sig, _frame) -> None:
+    if sig == signal.SIGINT:
+      if self._preempted.is_set():
+        raise KeyboardInterrupt
+      sys.stderr.write(
+        "\nCtrl-C: saving a checkpoint at the next step boundary (Ctrl-C again aborts)\n"
+      )
+    self._preempted.set()
 
   def restore_signal_handlers(self) -> None:
     for sig, old in self._old_handlers.items():

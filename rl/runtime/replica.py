@@ -158,17 +158,23 @@ def tokenizer_corpus(tasks, n: int, system_prompt: str) -> list[str]:
 def policy_from_checkpoint(
   checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1
 ):
-  """A PolicyAgent over a local HF checkpoint folder, and a function that shuts it down.
+  """A PolicyAgent over a checkpoint, and a function that shuts it down.
 
-  tokenizer: `auto` (the checkpoint's tokenizer.json), `byte` (models.tokenizer.ByteTokenizer)
-  or a folder holding tokenizer.json.
+  checkpoint: an HF folder, a training run's workdir (its latest checkpoint) or one of its
+  orbax step directories (rl.runtime.export.resolve_checkpoint).
+  tokenizer: `auto` (the checkpoint's tokenizer.json; the byte tokenizer if it has none),
+  `byte` (models.tokenizer.ByteTokenizer) or a folder holding tokenizer.json.
   """
   from envs.eval import PolicyAgent
   from models import hf
   from models.tokenizer import ByteTokenizer
+  from rl.runtime.export import resolve_checkpoint
 
   agent_cfg = agent_cfg or AgentConfig(greedy=True)
+  checkpoint = resolve_checkpoint(checkpoint)
   model_cfg, params = hf.load(checkpoint)
+  if tokenizer == "auto" and not (pathlib.Path(checkpoint) / "tokenizer.json").is_file():
+    tokenizer = "byte"
   tok = (
     ByteTokenizer()
     if tokenizer == "byte"

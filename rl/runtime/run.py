@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import json
 import pathlib
+import signal
 import time
 
 import jax
@@ -60,38 +61,131 @@ def _initial_params(exp: Experiment, tok):
   return exp.model, jax.device_get(transformer.init(exp.model, jax.random.key(exp.loop.seed)))
 
 
-def run(exp: Experiment, workdir: str, *, task_source=None) -> dict:
+def preflight(exp: Experiment) -> None:
+  """Checks what a run needs before anything is written: values, tasks, backend, checkpoint,
+  tokenizer and the training mesh on this machine's devices. Raises ValueError (one line)."""
+  exp.validate()
+  from envs import procedural
+  from envs import sandbox as sandbox_lib
+
+  env = exp.env
+  if env.backend not in sandbox_lib.BACKENDS:
+    raise ValueError(f"env.backend: {env.backend!r} is not one of {sorted(sandbox_lib.BACKENDS)}")
+  if env.tasks.startswith("procedural:"):
+    family = env.tasks.split(":", 1)[1]
+    if family not in procedural.FAMILIES:
+      raise ValueError(
+        f"env.tasks: unknown procedural family {family!r} (known: {', '.join(procedural.FAMILIES)})"
+      )
+  elif not pathlib.Path(env.tasks).is_dir():
+    raise ValueError(f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>')")
+  if exp.checkpoint and not (pathlib.Path(exp.checkpoint) / "config.json").is_file():
+    raise ValueError(f"checkpoint: {exp.checkpoint}: not an HF folder (no config.json)")
+  tok = exp.tokenizer
+  if not (
+    tok == "byte" or tok.startswith("bpe:") or (pathlib.Path(tok) / "tokenizer.json").is_file()
+  ):
+    raise ValueError(
+      f"tokenizer: {tok!r} is not 'byte', 'bpe:<vocab size>' or a folder with tokenizer.json"
+    )
+  if exp.devices > jax.device_count():
+    raise ValueError(f"devices={exp.devices}: this machine has {jax.device_count()}")
+  try:
+    training_mesh(exp)
+  except (ValueError, AssertionError) as e:
+    raise ValueError(f"train.mesh: {e}") from None
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+  return out
+
+
+def config_diff(stored: dict, exp: Experiment) -> dict[str, tuple]:
+  """{field: (stored value, new value)} between a stored experiment.json and `exp`."""
+  new = _flat(json.loads(json.dumps(dataclasses.asdict(exp), default=str)))
+  old = _flat(stored)
+  return {
+    k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+  }
+
+
+def record_experiment(
+  wd: pathlib.Path, exp: Experiment, resuming: bool, override: bool, say
+) -> None:
+  """Writes experiment.json; on a resume, refuses a changed config unless `override` (then the
+  old record is kept as experiment-<n>.json and the change is reported)."""
+  file = wd / "experiment.json"
+  text = json.dumps(dataclasses.asdict(exp), indent=1, default=str)
+  if resuming and file.is_file():
+    diff = config_diff(json.loads(file.read_text()), exp)
+    if not diff:
+      return
+    lines = ", ".join(f"{k}: {a!r} -> {b!r}" for k, b_a in diff.items() for a, b in [b_a])
+    if not override:
+      raise ConfigChanged(
+        f"{file}: the config differs from the run being resumed ({lines}); rerun with the "
+        "stored config, use a new --workdir, or pass --override_config to continue with it"
+      )
+    n = 1 + len(list(wd.glob("experiment-*.json")))
+    file.rename(wd / f"experiment-{n}.json")
+    say(f"config changed ({lines}); the old record is {wd / f'experiment-{n}.json'}")
+  file.write_text(text)
+
+
+class ConfigChanged(ValueError):
+  """Resuming a workdir with a config that differs from its experiment.json."""
+
+
+def run(exp: Experiment, workdir: str, *, task_source=None, override_config: bool = False) -> dict:
   """Runs (or resumes) the experiment in `workdir`; returns a summary (also summary.json).
 
   `task_source(workdir, on_event) -> (source, eval_tasks)` replaces `env.tasks` (bring your own
   task source: `task_for(group_id)`, `get(task_id)`, `demo_tasks(n)`, `observe_batch(groups)`,
   `state_dict()`, `load_state_dict(d)`, as ProceduralTasks and PoolTasks implement).
   """
-  exp.validate()
+  preflight(exp)
   comm = (
     multihost.channel()
   )  # multi-process: only process 0 does host work (rl/runtime/multihost.py)
   if comm.multi and exp.devices not in (0, jax.device_count()):
     raise ValueError(f"devices={exp.devices}: a multi-process run trains on all devices (0)")
   try:
-    return _run(exp, workdir, task_source, comm)
+    return _run(exp, workdir, task_source, comm, override_config)
   except BaseException:
     comm.abort()  # process 0 failed: the others raise instead of waiting for it
     raise
 
 
-def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
+def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> dict:
   wd = pathlib.Path(workdir)
+  t_start = time.monotonic()
   wd.mkdir(parents=True, exist_ok=True)
   ckpt = Checkpointer(
     wd / "checkpoints", every_steps=exp.loop.checkpoint_every, keep=exp.loop.keep_checkpoints
   )
-  ckpt.install_signal_handlers()
-  resuming = ckpt.latest_step() is not None
+  ckpt.install_signal_handlers((signal.SIGTERM, signal.SIGINT))
+  latest = ckpt.latest_step()
+  resuming = latest is not None
   if not comm.leader:
     return _follow(exp, ckpt, comm, resuming)
-  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), indent=1, default=str))
-  tel = Telemetry(wd, total_steps=exp.loop.steps, initial_step=ckpt.latest_step() or 0)
+  try:
+    record_experiment(wd, exp, resuming, override, print)
+  except ConfigChanged:
+    ckpt.close()
+    raise
+  if resuming and latest >= exp.loop.steps and (wd / "summary.json").is_file():
+    ckpt.close()
+    print(f"already complete: {wd} trained {latest} of {exp.loop.steps} steps (summary.json)")
+    return {**json.loads((wd / "summary.json").read_text()), "already_complete": True}
+  if resuming:
+    print(f"resumed from step {latest} of {exp.loop.steps} ({wd / 'checkpoints'})")
+  tel = Telemetry(wd, total_steps=exp.loop.steps, initial_step=latest or 0)
   if task_source is None:
     tasks, eval_tasks = make_task_source(exp.env, exp.loop.seed, wd, tel.event)
   else:
@@ -178,7 +272,10 @@ def _run(exp: Experiment, workdir: str, task_source, comm) -> dict:
     ckpt.close()
   plots = tel.close()
   summary = {**_summary(history, trainer.step, trainer.ckpt.preempted, plots), **extra}
-  (wd / "summary.json").write_text(json.dumps(summary, indent=1))
+  summary["wall_s"] = round(time.monotonic() - t_start, 1)
+  summary["workdir"] = str(wd)
+  if not summary["preempted"]:  # a preempted run is not finished: no summary.json yet
+    (wd / "summary.json").write_text(json.dumps(summary, indent=1))
   return summary
 
 

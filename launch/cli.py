@@ -1,0 +1,140 @@
+"""Shared entry-point handling of the launch scripts: one-line errors, --verbose, log.txt.
+
+  if __name__ == "__main__":
+    cli.run(main)              # instead of absl's app.run(main)
+
+Known errors (a bad flag or config value, a task format error, a checkpoint that is not one,
+a sandbox backend that is missing, a missing path) print one line, `error: <cause>`, and exit 2;
+the traceback goes to the log file (`log_to`) and, with --verbose, to the console. Anything else
+is a bug and keeps its traceback.
+
+`log_to(WORKDIR/log.txt)` sends library INFO logs (orbax, absl, jax) to that file instead of
+the console, which keeps warnings and errors.
+"""
+
+from __future__ import annotations
+
+import logging as std_logging
+import pathlib
+import sys
+import traceback
+
+from absl import app, flags
+from absl import logging as absl_logging
+
+FLAGS = flags.FLAGS
+EXIT_USAGE = 2
+_LOG: list[pathlib.Path] = []  # the log file of this process, once known
+
+
+class LaunchError(ValueError):
+  """A user error found by a launch script itself (message: the one line to print)."""
+
+
+def _known() -> tuple[type[BaseException], ...]:
+  from envs.sandbox.base import SandboxError
+  from envs.task import TaskFormatError
+  from models.hf_config import CheckpointError
+
+  return (
+    app.UsageError,
+    flags.Error,
+    LaunchError,
+    TaskFormatError,
+    CheckpointError,
+    SandboxError,
+    FileNotFoundError,
+    NotADirectoryError,
+    ValueError,
+    KeyError,
+    TypeError,
+  )
+
+
+def _one_line(e: BaseException) -> str:
+  msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+  msg = str(msg)
+  if len(msg) > 1 and msg[0] == msg[-1] and msg[0] in "'\"":  # a KeyError's repr'd message
+    msg = msg[1:-1]
+  msg = msg.replace("\\n", " ").replace("\\'", "'").replace('\\"', '"')
+  msg = " ".join(msg.split())
+  if isinstance(e, (FileNotFoundError, NotADirectoryError)) and e.filename:
+    msg = f"{e.filename}: {e.strerror or msg}"
+  return msg or type(e).__name__
+
+
+def _verbose() -> bool:
+  try:
+    return bool(FLAGS.verbose)
+  except (AttributeError, flags.UnparsedFlagAccessError):
+    return "--verbose" in sys.argv
+
+
+def fail(e: BaseException) -> None:
+  """Prints `error: <cause>` (and the traceback when verbose), logs the traceback, exits 2."""
+  tb = "".join(traceback.format_exception(e))
+  for path in _LOG:
+    with open(path, "a") as f:
+      f.write(tb)
+  if _verbose():
+    sys.stderr.write(tb)
+  where = f" (traceback in {_LOG[0]})" if _LOG and not _verbose() else ""
+  sys.stderr.write(f"error: {_one_line(e)}{where}\n")
+  sys.stderr.flush()
+  sys.exit(EXIT_USAGE)
+
+
+def log_to(path) -> pathlib.Path:
+  """Library INFO logs go to `path` (appended), the console keeps WARNING and above."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  if path in _LOG:
+    return path
+  _LOG.append(path)
+  handler = std_logging.FileHandler(path)
+  handler.setLevel(std_logging.INFO)
+  handler.setFormatter(std_logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+  root = std_logging.getLogger()
+  root.addHandler(handler)
+  root.setLevel(std_logging.INFO)
+  absl_logging.set_verbosity(absl_logging.INFO)
+  absl_handler = absl_logging.get_absl_handler()
+  absl_handler.setLevel(std_logging.WARNING)  # the console
+  return path
+
+
+def _flag_error(e: BaseException, argv) -> LaunchError:
+  """A flag parse error as one line naming the flag (ml_collections raises bare errors)."""
+  cause = e.__cause__ or e.__context__ if isinstance(e, flags.Error) else e
+  msg = _one_line(cause or e)
+  bad = [a for a in argv[1:] if a.startswith("--config.") and "=" in a]
+  for arg in bad:
+    name, value = arg[2:].split("=", 1)
+    if name.rsplit(".", 1)[-1] in msg or value in msg:
+      what = (
+        "unknown config field" if isinstance(cause, (AttributeError, KeyError)) else "bad value"
+      )
+      return LaunchError(f"--{name}: {what}: {msg}")
+  return LaunchError(msg)
+
+
+def _parse(argv):
+  try:
+    return FLAGS(argv)
+  except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as e:
+    fail(_flag_error(e, argv))  # ml_collections' overrides raise bare errors
+
+
+def run(main) -> None:
+  """absl's app.run(main) with the handling above (defines --verbose)."""
+  if "verbose" not in FLAGS:
+    flags.DEFINE_bool("verbose", False, "Print full tracebacks of known errors.")
+  known = _known()
+
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except known as e:
+      fail(e)
+
+  app.run(wrapped, flags_parser=_parse)

@@ -1,0 +1,164 @@
+"""A training run's orbax checkpoint -> a Hugging Face folder, and "what did the user point at".
+
+  export(workdir, out, step="latest" | "best" | N)  # config.json, safetensors, tokenizer
+  resolve_checkpoint(path)   # an HF folder as is; a workdir or WORKDIR/checkpoints/N: exported
+                             # once to WORKDIR/export/step-N and that folder returned
+
+`launch.export`, `launch.eval`, `launch.generate_demo` and `launch.serve` go through
+`resolve_checkpoint`, so each accepts an HF folder, a run directory or one orbax step directory.
+A byte-tokenizer run writes no tokenizer.json (readers fall back to models.tokenizer.ByteTokenizer,
+as for any folder without one) but does write its chat template (chat_template.jinja).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+
+class CheckpointError(ValueError):
+  """A path that is neither an HF folder nor a run directory / orbax step with a checkpoint."""
+
+
+def _experiment(workdir: pathlib.Path):
+  from rl.config import Experiment, from_config
+
+  file = workdir / "experiment.json"
+  try:
+    return from_config(Experiment, json.loads(file.read_text()), str(file))
+  except (OSError, json.JSONDecodeError) as e:
+    raise CheckpointError(f"{file}: cannot read the run's experiment ({e})") from None
+
+
+def _model_config(exp):
+  """The run's model: its config, or the HF checkpoint's it started from."""
+  if not exp.checkpoint:
+    return exp.model
+  from models.hf_config import config_from_hf
+
+  file = pathlib.Path(exp.checkpoint) / "config.json"
+  return config_from_hf(json.loads(file.read_text()), file)
+
+
+def _steps(ckpt_dir: pathlib.Path) -> list[int]:
+  if not ckpt_dir.is_dir():
+    return []
+  return sorted(int(p.name) for p in ckpt_dir.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def pick_step(workdir, step="latest") -> int:
+  """The checkpoint step of `workdir` for "latest", "best" (highest held-out eval pass rate
+  among the kept checkpoints, else the latest) or an int."""
+  workdir = pathlib.Path(workdir)
+  steps = _steps(workdir / "checkpoints")
+  if not steps:
+    raise CheckpointError(f"{workdir}: no checkpoint under {workdir / 'checkpoints'}")
+  if step in ("latest", None, ""):
+    return steps[-1]
+  if step == "best":
+    evals = {}
+    metrics = workdir / "metrics.jsonl"
+    if metrics.is_file():
+      for line in metrics.read_text().splitlines():
+        rec = json.loads(line)
+        if "eval/pass_rate/overall" in rec:
+          evals[int(rec["step"])] = rec["eval/pass_rate/overall"]
+    scored = [s for s in steps if s in evals]
+    return max(scored, key=lambda s: (evals[s], s)) if scored else steps[-1]
+  try:
+    n = int(step)
+  except ValueError:
+    raise CheckpointError(f"--step={step!r}: must be 'latest', 'best' or a step number") from None
+  if n not in steps:
+    raise CheckpointError(f"{workdir}: no checkpoint at step {n} (kept: {steps})")
+  return n
+
+
+def load_params(workdir, step: int):
+  """(model config, host params) of checkpoint `step` of a run (the train state's params only)."""
+  import orbax.checkpoint as ocp
+
+  workdir = pathlib.Path(workdir)
+  cfg = _model_config(_experiment(workdir))
+  path = (workdir / "checkpoints" / str(step) / "state").absolute()
+  ckptr = ocp.PyTreeCheckpointer()
+  try:
+    meta = ckptr.metadata(path)
+  except (FileNotFoundError, ValueError) as e:
+    raise CheckpointError(f"{path}: not an orbax train state ({e})") from None
+  tree = getattr(meta, "item_metadata", meta)
+  tree = getattr(tree, "tree", tree)
+  # Restored as host NumPy arrays, so any device count (or none of the run's) can export.
+  # (The whole state is read: this orbax has no partial restore; the optimizer moments are
+  # dropped right after.)
+  out = ckptr.restore(path, args=ocp.args.PyTreeRestore(restore_args=_restore_args(tree)))
+  return cfg, out["params"]
+
+
+def _restore_args(tree):
+  import jax
+  import orbax.checkpoint as ocp
+
+  return jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+
+
+def _save_tokenizer(exp, workdir: pathlib.Path, out: pathlib.Path) -> None:
+  from models.tokenizer import CHATML_TEMPLATE
+
+  spec = exp.tokenizer
+  src = workdir / "tokenizer" if spec.startswith("bpe:") else pathlib.Path(spec)
+  if spec == "byte":
+    (out / "chat_template.jinja").write_text(CHATML_TEMPLATE)
+    return
+  for name in (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+  ):
+    if (src / name).is_file():
+      (out / name).write_bytes((src / name).read_bytes())
+  if not (out / "tokenizer.json").is_file():
+    raise CheckpointError(f"{src}: the run's tokenizer ({spec!r}) has no tokenizer.json")
+
+
+def export(workdir, out, step="latest") -> pathlib.Path:
+  """Writes checkpoint `step` of run `workdir` as an HF folder `out`; returns `out`."""
+  from models import hf
+
+  workdir, out = pathlib.Path(workdir), pathlib.Path(out)
+  n = pick_step(workdir, step)
+  cfg, params = load_params(workdir, n)
+  hf.save(out, cfg, params)
+  _save_tokenizer(_experiment(workdir), workdir, out)
+  (out / "agentrl_export.json").write_text(
+    json.dumps({"workdir": str(workdir.absolute()), "step": n}, indent=1) + "\n"
+  )
+  return out
+
+
+def resolve_checkpoint(path, step="latest") -> str:
+  """An HF folder for `path`: itself if it has config.json; a run directory or one of its
+  orbax step directories (WORKDIR/checkpoints/N) exported to WORKDIR/export/step-N once; a
+  named checkpoint (smollm2-135m-instruct) becomes its converted folder; a .gguf file stays."""
+  from models import checkpoints  # a name converts its package's GGUF file once, cached
+
+  p = checkpoints.resolve(path)
+  if (p / "config.json").is_file() or (p.suffix == ".gguf" and p.is_file()):
+    return str(p)
+  if not p.exists():
+    raise CheckpointError(f"{p}: no such checkpoint folder")
+  if p.name.isdigit() and p.parent.name == "checkpoints":
+    p, step = p.parent.parent, int(p.name)
+  if not (p / "experiment.json").is_file():
+    raise CheckpointError(
+      f"{p}: not a checkpoint (no config.json of an HF folder, no experiment.json of a run)"
+    )
+  n = pick_step(p, step)
+  dest = p / "export" / f"step-{n}"
+  if not (dest / "agentrl_export.json").is_file():
+    export(p, dest, n)
+  return str(dest)

@@ -1,0 +1,94 @@
+"""rl.runtime.export: a run's orbax checkpoint -> HF folder with the same logits; workdir / step
+directory / HF folder all resolve; bad paths give one-line CheckpointErrors."""
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from models import hf, transformer
+from models.config import ModelConfig
+from rl.config import Experiment, TrainConfig
+from rl.runtime import export
+from rl.runtime.checkpoint import Checkpointer
+from rl.runtime.run import training_mesh
+from rl.train_state import create_train_state
+
+TINY = ModelConfig(
+  arch="qwen3",
+  vocab_size=260,
+  d_model=32,
+  n_layers=2,
+  n_heads=2,
+  n_kv_heads=2,
+  head_dim=16,
+  d_ff=64,
+  max_seq_len=64,
+  qk_norm=True,
+  dtype="float32",
+  param_dtype="float32",
+  attention="naive",
+)
+
+
+def _run_dir(tmp_path):
+  """A run directory as training leaves it: experiment.json + orbax checkpoints 1 and 2."""
+  wd = tmp_path / "run"
+  exp = Experiment(model=TINY, train=TrainConfig())
+  (wd).mkdir()
+  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), default=str))
+  mesh = training_mesh(exp)
+  ckpt = Checkpointer(wd / "checkpoints", every_steps=1, keep=3)
+  states = {}
+  for step in (1, 2):
+    state, _ = create_train_state(TINY, exp.train, mesh, jax.random.key(step))
+    ckpt.save(step, state, {"step": step})
+    states[step] = jax.device_get(state.params)
+  ckpt.close()
+  (wd / "metrics.jsonl").write_text(
+    "\n".join(
+      json.dumps({"step": s, "eval/pass_rate/overall": r}) for s, r in ((1, 0.5), (2, 0.25))
+    )
+  )
+  return wd, states
+
+
+def _same_params(a, b):
+  """Exact equality, leaf by leaf (save -> load keeps the dtype, so nothing may move)."""
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _logits(cfg, params):
+  tokens_BT = np.arange(12, dtype=np.int32).reshape(2, 6)
+  return np.asarray(transformer.apply(params, tokens_BT, cfg))
+
+
+def test_export_round_trip_and_resolution(tmp_path):
+  wd, states = _run_dir(tmp_path)
+  out = export.export(wd, tmp_path / "hf", step="best")  # best eval: step 1
+  assert json.loads((out / "agentrl_export.json").read_text())["step"] == 1
+  assert (out / "chat_template.jinja").is_file() and not (out / "tokenizer.json").exists()
+  cfg, params = hf.load(out, attention="naive")  # the kernel is a run-time choice
+  assert cfg == TINY
+  _same_params(params, states[1])
+  np.testing.assert_array_equal(_logits(cfg, params), _logits(TINY, states[1]))
+  # A run directory resolves to its latest step, exported once under WORKDIR/export.
+  latest = export.resolve_checkpoint(wd)
+  assert latest == str(wd / "export" / "step-2")
+  _same_params(hf.load(latest)[1], states[2])
+  assert export.resolve_checkpoint(wd / "checkpoints" / "1") == str(wd / "export" / "step-1")
+  assert export.resolve_checkpoint(out) == str(out)  # an HF folder is itself
+
+
+def test_bad_paths_are_one_line_errors(tmp_path):
+  with pytest.raises(export.CheckpointError, match="no such checkpoint folder"):
+    export.resolve_checkpoint(tmp_path / "missing")
+  with pytest.raises(export.CheckpointError, match="not a checkpoint"):
+    export.resolve_checkpoint(tmp_path)
+  (tmp_path / "experiment.json").write_text("{}")
+  with pytest.raises(export.CheckpointError, match="no checkpoint under"):
+    export.resolve_checkpoint(tmp_path)

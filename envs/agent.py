@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from envs.markdown_bash import MarkdownBashFormat
+from envs.markdown_bash import FormatError, MarkdownBashFormat
 from envs.sandbox.base import Sandbox, SandboxError
 from envs.tool_format import (
   DEFAULT_SYSTEM_PROMPT,
@@ -245,7 +245,8 @@ class _Runner:
     try:
       call = self.fmt.parse(action)
     except ToolCallError as e:
-      err = str(e)
+      # markdown-bash's format errors are whole messages; tool-call errors keep their prefix
+      err = str(e) if isinstance(e, FormatError) else f"error: {e}"
     rec = TurnRecord(
       action, call.name if call else None, err, gen_tokens=len(res.tokens), gen_s=t1 - t0
     )

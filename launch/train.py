@@ -48,9 +48,9 @@ def config_table(exp) -> str:
   import dataclasses
 
   from rl import config as rl_config
-  from rl.runtime.run import _flat
+  from rl.runtime.run import flat_config
 
-  plain = lambda e: _flat(json.loads(json.dumps(dataclasses.asdict(e), default=str)))
+  plain = lambda e: flat_config(json.loads(json.dumps(dataclasses.asdict(e), default=str)))
   cur, default = plain(exp), plain(rl_config.Experiment())
   width = max(map(len, cur))
   rows = []

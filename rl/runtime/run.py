@@ -96,11 +96,11 @@ def preflight(exp: Experiment) -> None:
     raise ValueError(f"train.mesh: {e}") from None
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
+def flat_config(d: dict, prefix: str = "") -> dict:
   out = {}
   for k, v in d.items():
     if isinstance(v, dict):
-      out.update(_flat(v, f"{prefix}{k}."))
+      out.update(flat_config(v, f"{prefix}{k}."))
     else:
       out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
   return out
@@ -108,8 +108,8 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 def config_diff(stored: dict, exp: Experiment) -> dict[str, tuple]:
   """{field: (stored value, new value)} between a stored experiment.json and `exp`."""
-  new = _flat(json.loads(json.dumps(dataclasses.asdict(exp), default=str)))
-  old = _flat(stored)
+  new = flat_config(json.loads(json.dumps(dataclasses.asdict(exp), default=str)))
+  old = flat_config(stored)
   return {
     k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
   }

@@ -529,7 +529,9 @@ class Engine:
       t = threading.Thread(
         target=self.warmup,
         name="agentrl-engine-warmup",
-        daemon=True,
+        # Not a daemon: the interpreter joins it at exit, since a thread still compiling
+        # inside XLA while Python finalises aborts the process ("terminate called ...").
+        daemon=False,
         kwargs=dict(kw, buckets=buckets),
       )
       t.start()

@@ -122,8 +122,11 @@ class Generator:
     self._state = engine.init_decode_state()
     self._counters = collections.Counter()
     self._t0 = time.perf_counter()
+    self._warmup = None
     if warmup:
-      engine.warmup(steps=sorted({1, decode_chunk}), buckets=(None,), background=True)
+      self._warmup = engine.warmup(
+        steps=sorted({1, decode_chunk}), buckets=(None,), background=True
+      )
     self._thread = threading.Thread(target=self._run, name="agentrl-generator", daemon=True)
     self._thread.start()
 
@@ -177,6 +180,8 @@ class Generator:
       self._closed = True
       self._wake.notify()
     self._thread.join()
+    if self._warmup is not None:  # its compiles must not outlive the generator's owner
+      self._warmup.join()
 
   def __enter__(self):
     return self

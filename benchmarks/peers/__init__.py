@@ -8,10 +8,10 @@ import pathlib
 import subprocess
 import sys
 
+from . import common
+
 HERE = pathlib.Path(__file__).resolve().parent
-SHAPE_FIELDS = (
-  "vocab_size d_model n_layers n_heads n_kv_heads head_dim d_ff rope_theta norm_eps tie_embeddings"
-).split()
+SHAPE_FIELDS = tuple(common.FIELD_NAMES)  # what the peer scripts' --shape carries
 
 
 def shape_of(cfg) -> str:
@@ -24,7 +24,9 @@ def _json_lines(cmd: list[str], timeout_s: float) -> list[dict]:
   rows = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
   if proc.returncode != 0 or not rows:
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-    raise RuntimeError(f"peer {cmd[1]} failed (exit {proc.returncode}): " + " | ".join(tail))
+    raise RuntimeError(
+      f"peer {pathlib.Path(cmd[1]).name} failed (exit {proc.returncode}): " + " | ".join(tail)
+    )
   return rows
 
 
@@ -36,18 +38,20 @@ def tunix_python() -> str:
   return out.stdout.strip().splitlines()[-1]
 
 
+def _peer(python: str, script: str, what: list[str], cfg, timeout_s: float, flags) -> list[dict]:
+  args = [f"--{k}={v}" for k, v in flags.items()]
+  cmd = [python, str(HERE / script), *what, f"--shape={shape_of(cfg)}", *args]
+  return _json_lines(cmd, timeout_s)
+
+
 def tunix(what: str, cfg, timeout_s: float = 3600, **flags) -> list[dict]:
   """Runs tunix_bench.py `what` in the Tunix venv on cfg's shapes; its JSON rows."""
-  args = [f"--{k}={v}" for k, v in flags.items()]
-  cmd = [tunix_python(), str(HERE / "tunix_bench.py"), what, f"--shape={shape_of(cfg)}", *args]
-  return _json_lines(cmd, timeout_s)
+  return _peer(tunix_python(), "tunix_bench.py", [what], cfg, timeout_s, flags)
 
 
 def hf_generate(cfg, timeout_s: float = 3600, **flags) -> list[dict]:
   """transformers' generate (torch, CPU) on cfg's shapes, in a child of our own python."""
-  args = [f"--{k}={v}" for k, v in flags.items()]
-  cmd = [sys.executable, str(HERE / "hf_generate.py"), f"--shape={shape_of(cfg)}", *args]
-  return _json_lines(cmd, timeout_s)
+  return _peer(sys.executable, "hf_generate.py", [], cfg, timeout_s, flags)
 
 
 def load() -> list[float]:

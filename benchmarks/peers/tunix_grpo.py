@@ -10,14 +10,13 @@ learner's own bookkeeping. The first step (compilation) is reported apart.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
 
 import jax
 import numpy as np
 import optax
+from common import emit
 from tunix.rl import rl_cluster as rlc
 from tunix.rl.grpo import grpo_learner
 from tunix.rl.rollout import base_rollout
@@ -90,20 +89,14 @@ def bench_grpo(args, shape, make_model, tokenizer_cls, prompts):
     steps.append({"total_s": starts[i + 1] - starts[i], **parts})
   timed = steps[1:]
   med = {k: statistics.median(s.get(k, 0.0) for s in timed) for k in timed[0]}
-  print(
-    json.dumps(
-      {
-        "peer": "tunix",
-        "what": "grpo_step",
-        "steps": steps,
-        "first_step_with_compile_s": starts[0] - t0 + steps[0]["total_s"],
-        "median_total_s": med["total_s"],
-        "median_rollout_s": med.get("generate", 0.0),
-        "median_reference_s": med.get("get_ref_per_token_logps", 0.0),
-        "median_update_s": med.get("update_actor", 0.0),
-        "median_sync_s": med.get("sync_weights", 0.0),
-        "load_average": os.getloadavg(),
-      }
-    ),
-    flush=True,
+  emit(
+    peer="tunix",
+    what="grpo_step",
+    steps=steps,
+    first_step_with_compile_s=starts[0] - t0 + steps[0]["total_s"],
+    median_total_s=med["total_s"],
+    median_rollout_s=med.get("generate", 0.0),
+    median_reference_s=med.get("get_ref_per_token_logps", 0.0),
+    median_update_s=med.get("update_actor", 0.0),
+    median_sync_s=med.get("sync_weights", 0.0),
   )

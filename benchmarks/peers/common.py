@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
+import sys
 import time
 
 import numpy as np
@@ -40,7 +40,6 @@ def arg_parser(**kw) -> argparse.ArgumentParser:
   ap = argparse.ArgumentParser(**kw)
   ap.add_argument("--shape", required=True, help="our ModelConfig fields as JSON")
   ap.add_argument("--concurrency", default="1,8,32")
-  ap.add_argument("--repeats", type=int, default=3)
   ap.add_argument("--prompt", type=int, default=64)
   ap.add_argument("--new", type=int, default=128)
   return ap
@@ -65,20 +64,35 @@ def prompt_ids(vocab_size: int, n: int, length: int, seed: int) -> np.ndarray:
   return np.random.default_rng(seed).integers(1, vocab_size, (n, length))
 
 
-def timed(run, repeats: int, block=lambda out: out):
-  """(median wall s, median process CPU s, last output) of `repeats` calls after a warm-up.
+def timed_once(run, block=lambda out: out):
+  """(output, wall s, process CPU s) of one call; block(out) waits for an asynchronous result."""
+  t, cpu = time.perf_counter(), time.process_time()
+  out = run()
+  block(out)
+  return out, time.perf_counter() - t, time.process_time() - cpu
 
-  block(out) waits for an asynchronous result (a JAX array) before the clock stops.
+
+def stdin_keys():
+  """The whitespace-separated keys on stdin, one at a time, as they arrive."""
+  for line in sys.stdin:
+    yield from line.split()
+
+
+def serve(runs: dict) -> None:
+  """Interleaved measurement: runs every `runs[key]()` once (compiles), prints a ready row,
+  then for each key on stdin prints the row one more call of runs[key]() returns.
+
+  The caller (peers.Peer) sends a key right after timing its own run of the same work, so
+  ours and the peer's runs alternate seconds apart and see the same machine load.
   """
-  block(run())  # warm-up: compiles, fills caches
-  times, cpus, out = [], [], None
-  for _ in range(repeats):
-    t, cpu = time.perf_counter(), time.process_time()
-    out = run()
-    block(out)
-    times.append(time.perf_counter() - t)
-    cpus.append(time.process_time() - cpu)
-  return statistics.median(times), statistics.median(cpus), out
+  for run in runs.values():
+    run()
+  emit(ready=True, keys=sorted(runs))
+  for key in stdin_keys():
+    if key in runs:
+      emit(**runs[key]())
+    else:
+      emit(error=f"unknown key {key!r} (known: {', '.join(sorted(runs))})")
 
 
 def emit(**row) -> None:
@@ -87,8 +101,8 @@ def emit(**row) -> None:
 
 
 def throughput_row(peer: str, what: str, c: int, new: int, wall_s: float, cpu_s: float, **extra):
-  """Emits a generation row: c requests of `new` tokens each in wall_s (median)."""
-  emit(
-    peer=peer, what=what, concurrency=c, tok_s=c * new / wall_s, median_s=wall_s,
-    median_cpu_s=cpu_s, **extra,
+  """A generation row: c requests of `new` tokens each in wall_s."""
+  return dict(
+    peer=peer, what=what, concurrency=c, tok_s=c * new / wall_s, wall_s=wall_s, cpu_s=cpu_s,
+    **extra,
   )  # fmt: skip

@@ -1,10 +1,11 @@
 r"""Tunix 0.1.7 on our toy shapes: its Sampler, its GRPO learner on an RLCluster, its update.
 
-Runs inside the venv that benchmarks/peers/setup_tunix.sh makes (never in ours); prints one
-JSON object per measurement on stdout, which benchmarks/generate.py and grpo_step.py read:
+Runs inside the venv that benchmarks/peers/setup_tunix.sh makes (never in ours), driven by
+benchmarks/generate.py and grpo_step.py through peers.Peer: each key it reads on stdin runs
+one measurement and prints a JSON row, so their runs and ours alternate (common.serve):
 
-  python benchmarks/peers/tunix_bench.py sampler --concurrency=1,8,32 --repeats=3 --shape=JSON
-  python benchmarks/peers/tunix_bench.py grpo --steps=3 --shape=JSON
+  echo 1 8 32 | python benchmarks/peers/tunix_bench.py sampler --concurrency=1,8,32 --shape=JSON
+  echo step step | python benchmarks/peers/tunix_bench.py grpo --steps=1 --shape=JSON
 
 --shape is our ModelConfig's fields (vocab_size, d_model, n_layers, n_heads, n_kv_heads,
 head_dim, d_ff, rope_theta, norm_eps, tie_embeddings), so both sides build one architecture
@@ -68,18 +69,20 @@ def bench_sampler(args, shape):
     head_dim=shape["head_dim"],
   )
   smp = sampler_lib.Sampler(model, IdTokenizer(), cache)
-  for c in common.concurrencies(args.concurrency):
+
+  def run(c):
     batch = prompts(shape, c, args.prompt, c)
-    run = lambda batch=batch: smp(  # noqa: E731
-      batch, max_generation_steps=args.new, max_prompt_length=args.prompt, temperature=0.0
-    )
-    wall_s, cpu_s, out = common.timed(
-      run, args.repeats, block=lambda o: jax.block_until_ready(o.tokens)
-    )
-    common.throughput_row(
+    out, wall_s, cpu_s = common.timed_once(
+      lambda: smp(batch, max_generation_steps=args.new, max_prompt_length=args.prompt,
+                  temperature=0.0),
+      block=lambda o: jax.block_until_ready(o.tokens),
+    )  # fmt: skip
+    return common.throughput_row(
       "tunix", "sampler", c, args.new, wall_s, cpu_s,
       new_tokens_per_request=[len(t) for t in out.tokens],
     )  # fmt: skip
+
+  common.serve({str(c): lambda c=c: run(c) for c in common.concurrencies(args.concurrency)})
 
 
 def main():
@@ -87,7 +90,7 @@ def main():
   ap.add_argument("what", choices=["sampler", "grpo"])
   ap.add_argument("--prompts", type=int, default=8, help="GRPO prompts per step")
   ap.add_argument("--G", type=int, default=4)
-  ap.add_argument("--steps", type=int, default=3, help="timed GRPO steps after one warm-up")
+  ap.add_argument("--steps", type=int, default=3, help="GRPO steps after the warm-up one")
   ap.add_argument("--beta", type=float, default=0.04)
   args, shape = common.parse(ap)
   jax.config.update("jax_platforms", "cpu")

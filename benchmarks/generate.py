@@ -15,7 +15,7 @@ it reports (medians of --repeats runs, all in one process):
                  running beside ours: every repeat times ours, then each peer's run, so the
                  ratio engine / peer tokens/s (median over repeats) compares runs seconds apart
 Run: python benchmarks/generate.py [--repeats=3] [--concurrency=1,8,32] [--speculative] [--tiers]
-     [--peers=tunix,transformers]
+     [--peers=tunix,transformers] [--decode_chunk=N]
 """
 
 from __future__ import annotations
@@ -134,12 +134,12 @@ def wall_cpu(fn):
   return time.perf_counter() - t0, time.process_time() - c0
 
 
-def bench_concurrency(cfg, params, c, repeats, naive_tokens, peer_procs=None):
+def bench_concurrency(cfg, params, c, repeats, naive_tokens, peer_procs=None, gen_kw=None):
   rng = np.random.default_rng(c)
   prompts = rng.integers(0, cfg.vocab_size, size=(c, PROMPT)).astype(np.int32)
   eng = Engine(cfg, params, max_concurrent_decodes=c, page_size=16, max_seq_len=PROMPT + NEW)
   reqs = [GenerationRequest([int(t) for t in p], NEW, SamplingParams(greedy=True)) for p in prompts]
-  gen = Generator(eng)
+  gen = Generator(eng, **(gen_kw or {}))
   state = eng.init_decode_state()  # a second state for the step-alone and prefill timings
   table = np.arange(1, c * eng.pages_per_slot + 1).reshape(c, -1)
   state = eng.set_page_table(state, table)
@@ -409,13 +409,15 @@ def main():
   ap.add_argument("--speculative", action="store_true")
   ap.add_argument("--tiers", action="store_true", help="int8 weights / int8 KV / KV eviction")
   ap.add_argument("--peers", default="", help="comma list of tunix, transformers")
+  ap.add_argument("--decode_chunk", type=int, default=0, help="Generator steps per dispatch")
   args = ap.parse_args()
   cfg, params = model()
   print(f"model: {config.num_params(cfg) / 1e6:.1f}M params, devices {jax.devices()}")
   print(f"load average (1, 5, 15 min) at start: {os.getloadavg()}")
   peer_procs = start_peers(cfg, args)
   for c in [int(c) for c in args.concurrency.split(",") if c]:
-    row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens, peer_procs)
+    kw = {"decode_chunk": args.decode_chunk} if args.decode_chunk else {}
+    row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens, peer_procs, kw)
     print(json.dumps(rounded(row)), flush=True)
   for peer in peer_procs.values():
     peer.close()

@@ -5,7 +5,9 @@ here. `translate()` maps a Debian, Ubuntu or python-slim `FROM` onto the base im
 the remaining steps into a setup script plus staged files:
 
   FROM          Debian/Ubuntu/python-slim bases; the WORKDIR and ENV of known public bases
-                apply (Terminal-Bench's ghcr.io/laude-institute/t-bench/* images: /app)
+                apply (Terminal-Bench's ghcr.io/laude-institute/t-bench/* images: /app);
+                language images (gcc, golang, eclipse-temurin, ...) add their toolchain's
+                distribution packages (envs/docker_bases.py)
   WORKDIR       the last one becomes the task's writable workspace (e.g. /app)
   ENV / ARG     exported for later steps; ENV also becomes the sandbox environment
   USER          recorded as the task's user (the container-like sandbox applies it)
@@ -36,7 +38,7 @@ import re
 import shlex
 import tarfile
 
-from envs.docker_bases import DEFAULT_PATH, KNOWN_BASES, map_base
+from envs.docker_bases import DEFAULT_PATH, KNOWN_BASES, map_base, toolchain
 from envs.docker_packages import (
   HARNESS_PACKAGES,
   INSTALLER_URL,
@@ -133,6 +135,17 @@ class _Translator:
           self.steps.append((line, "workdir", workdir))
     if "python" in toks[0]:
       self.warn(line, f"{toks[0]} mapped onto the base image's python3 (version may differ)")
+    tool = toolchain(self.base)
+    if tool:
+      pkgs, env = tool
+      self.apt += [p for p in pkgs if p not in self.apt]
+      for k, v in env:
+        self.env[k] = self.task_env[k] = v
+        self.steps.append((line, "env", f"export {k}={shlex.quote(v)}"))
+      self.steps.append((line, "run", f"agentrl_apt {line} {shlex.join(pkgs)}"))
+      self.warn(
+        line, f"{toks[0]} mapped onto the base image + {' '.join(pkgs)} (version may differ)"
+      )
 
   def do_arg(self, line, text, args):
     for k, v in parse_kv(args if "=" in args else args + "=", self.file, line, text):

@@ -21,35 +21,26 @@ names=("$@")
 [[ ${#names[@]} -gt 0 ]] || names=(generate grpo_step train_step forward async_vs_sync speculative
   long_context sandbox gateway lora_step)
 
-declare -A full=(
-  [generate]="benchmarks/generate.py --repeats=3 --peers=tunix,transformers"
-  [grpo_step]="benchmarks/grpo_step.py --repeats=3 --peers=tunix"
-  [train_step]="benchmarks/train_step.py"
-  [forward]="benchmarks/forward.py"
-  [async_vs_sync]="benchmarks/async_vs_sync.py"
-  [speculative]="benchmarks/speculative_trained.py"
-  [long_context]="benchmarks/long_context.py"
-  [sandbox]="benchmarks/sandbox.py --backends=bwrap,docker"
-  [gateway]="benchmarks/gateway.py --repeats=3"
-  [lora_step]="benchmarks/lora_step.py"
-)
-declare -A fast=(
-  [generate]="benchmarks/generate.py --repeats=3 --naive_tokens=2 --peers=tunix"
-  [grpo_step]="benchmarks/grpo_step.py --repeats=1 --no_plain --peers=tunix"
-  [train_step]="benchmarks/train_step.py --steps=3"
-  [forward]="benchmarks/forward.py --steps=2"
-  [async_vs_sync]="benchmarks/async_vs_sync.py --steps=8"
-  [speculative]="benchmarks/speculative_trained.py --repeats=1"
-  [long_context]="benchmarks/long_context.py --seq_lens=4096,8192"
-  [sandbox]="benchmarks/sandbox.py --backends=bwrap --cycles=20 --conc_cycles=16 --snapshots=5"
-  [gateway]="benchmarks/gateway.py --repeats=1"
-  [lora_step]="benchmarks/lora_step.py --steps=2"
+# name -> "script and its full flags | its --quick flags"
+declare -A runs=(
+  [generate]="generate.py --repeats=3 --peers=tunix,transformers | --repeats=3 --naive_tokens=2 --peers=tunix"
+  [grpo_step]="grpo_step.py --repeats=3 --peers=tunix | --repeats=1 --no_plain --peers=tunix"
+  [train_step]="train_step.py | --steps=3"
+  [forward]="forward.py | --steps=2"
+  [async_vs_sync]="async_vs_sync.py | --steps=8"
+  [speculative]="speculative_trained.py | --repeats=1"
+  [long_context]="long_context.py | --seq_lens=4096,8192"
+  [sandbox]="sandbox.py --backends=bwrap,docker | --backends=bwrap --cycles=20 --conc_cycles=16 --snapshots=5"
+  [gateway]="gateway.py --repeats=3 | --repeats=1"
+  [lora_step]="lora_step.py | --steps=2"
 )
 bash benchmarks/peers/setup_tunix.sh >/dev/null || { echo "Tunix venv failed" >&2; exit 1; }
 rc=0
 for n in "${names[@]}"; do
-  if ((quick)); then cmd="${fast[$n]:-}"; else cmd="${full[$n]:-}"; fi
-  [[ -n "$cmd" ]] || { echo "run_all.sh: unknown benchmark $n" >&2; exit 2; }
+  spec="${runs[$n]:-}"
+  [[ -n "$spec" ]] || { echo "run_all.sh: unknown benchmark $n" >&2; exit 2; }
+  if ((quick)); then cmd="${spec%% *} ${spec#*| }"; else cmd="${spec%% |*}"; fi
+  cmd="benchmarks/$cmd"
   log="$out/$n.log"
   {
     echo "command: python $cmd"

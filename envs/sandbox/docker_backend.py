@@ -32,7 +32,7 @@ import struct
 import threading
 import time
 
-from envs.sandbox import common, docker_files, fileops, layers
+from envs.sandbox import common, docker_files, docker_layer, fileops, layers
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 
@@ -44,7 +44,7 @@ FILEOP_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")  # readonly mode: uid 
 
 LABEL = "agentrl.sandbox"
 OWNER = "agentrl.owner"
-_WRAP = 'timeout -s KILL "$2" /bin/bash -lc "$3"; rc=$?; printf "%s %d\\n" "$1" "$rc" >&2'
+_WRAP = '/usr/bin/timeout -s KILL "$2" /bin/bash -lc "$3"; rc=$?; printf "%s %d\\n" "$1" "$rc" >&2'
 _KILL_TAG = (
   'for i in 1 2 3; do for p in /proc/[0-9]*; do [ "${p#/proc/}" = $$ ] && continue; '
   'grep -qsz "^AGENTRL_EXEC=$1\\$" "$p/environ" && kill -9 "${p#/proc/}" 2>/dev/null; '
@@ -218,6 +218,8 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     self._tag = tag
     self._end = time.monotonic() + spec.episode_timeout_s
     self._oom_seen = 0
+    # Whether the writable root is size-capped (by the storage driver or a tmpfs layer).
+    self.disk_capped = spec.mode == "readonly" or _sized()
     try:
       self._create(tag)
       common.register(self)
@@ -266,6 +268,8 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
         network_disabled=not s.network,
       )
       self.id = c["Id"]
+      if s.mode == "container" and not _sized():  # overlay2 on ext4 ignores storage_opt
+        self.disk_capped = docker_layer.cap_layer(self.api, self.id, s.disk_mb << 20) is not None
       self.api.start(self.id)
     except docker.errors.DockerException as e:
       raise SandboxError(f"docker could not start a sandbox: {e}") from e
@@ -406,6 +410,12 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       return bool(self.api.inspect_container(self.id)["State"]["Running"])
     except Exception:  # noqa: BLE001 (a daemon error means: not usable)
       return False
+
+  def system_fingerprint(self) -> dict[str, str] | None:
+    if self.spec.mode != "container":
+      return None  # read-only root
+    self._check_open()
+    return docker_layer.fingerprint(self.api, self.id)
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(tasks now, forks refused at the pids limit), read from the container's cgroup."""

@@ -165,6 +165,17 @@ def test_self_masking_is_the_agents_failure(ts, mode):
     _check_self_masking(box, root=False)
 
 
+@pytest.mark.parametrize("mode", ["readonly", "container"])
+def test_full_disk_is_the_agents_failure(ts, mode):
+  """Every writable place filled (Docker: tmpfs count as memory too): reward 0, never masked."""
+  backend = "docker" if "Docker" in type(ts.sandbox).__name__ else "bwrap"
+  with open_task_sandbox(PY_TASK, backend, mode=mode, disk_mb=32, memory_mb=256) as box:
+    HACKS_BY_NAME["fill_disk"].agent(PY_TASK).run(box.sandbox, PY_TASK)
+    assert "No space" in box.sandbox.exec("echo x > /tmp/y").stderr
+    res = Verifier().grade(box)
+    assert not res.masked and res.reward == 0.0 and not res.passed, res
+
+
 def _check_self_masking(ts, root):
   hack = HACKS_BY_NAME["block_grader"]
   _episode(ts, hack.agent(ts.task))

@@ -16,6 +16,24 @@ import subprocess
 from envs.sandbox import system_guard
 from envs.sandbox.base import SandboxError
 
+_SIZED = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
+_CAPS: dict[str, bool] = {}
+
+
+def driver_caps_layer(api) -> bool:
+  """Whether the daemon's storage driver enforces `storage_opt size` on a writable layer
+  (overlay2 only on xfs with project quotas); asked once per daemon."""
+  key = str(getattr(api, "base_url", ""))
+  if key not in _CAPS:
+    try:
+      info = api.info()
+    except Exception:  # noqa: BLE001 (no answer: treat as uncapped, the tmpfs applies)
+      return False
+    driver = info.get("Driver", "")
+    backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
+    _CAPS[key] = driver in _SIZED or (driver == "overlay2" and backing == "xfs")
+  return _CAPS[key]
+
 
 def upper_dir(api, cid: str) -> pathlib.Path | None:
   """The container's UpperDir on this host, None when the daemon's layers are not ours."""

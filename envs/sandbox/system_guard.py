@@ -5,8 +5,10 @@ programs the grader runs in the sandbox (pytest, the interpreter, its site packa
 and its profile, the dynamic loader and libraries). The writable layer of the root (the
 overlay's upper layer on bwrap, the container's UpperDir on Docker) holds exactly what
 changed since the image, and the host reads it itself, so a forged tool cannot hide
-anything. `fingerprint` digests every entry under the protected prefixes; `changed` names
-what differs from a fingerprint taken right after the task's set-up. Bytecode caches are
+anything. `fingerprint` digests every file, link and whiteout (a deletion) under the
+protected prefixes (a folder is copied up whenever a child changes, so folders themselves
+are not); `changed` names what differs from a fingerprint taken right after the task's
+set-up. Bytecode caches are
 left out: the grader's Python never reads them (`-X pycache_prefix` outside the sandbox's
 reach), and an innocent run of Python as root writes them.
 """
@@ -61,7 +63,7 @@ def fingerprint(upper: str) -> dict[str, str]:
     rel_top = os.path.relpath(top, upper)
     rel_top = "" if rel_top == "." else rel_top
     dirs[:] = [d for d in dirs if d != "__pycache__"]
-    for name in dirs + files:
+    for name in files:  # folders: copied up when a child changes; a content change is a file
       if name.endswith(".pyc"):
         continue
       rel = f"{rel_top}/{name}" if rel_top else name
@@ -76,6 +78,5 @@ def fingerprint(upper: str) -> dict[str, str]:
 
 
 def changed(baseline: dict[str, str], now: dict[str, str]) -> list[str]:
-  """Protected paths that are new or different since `baseline`, files before folders."""
-  diff = [p for p, d in now.items() if baseline.get(p) != d]
-  return sorted(diff, key=lambda p: (now[p].startswith(f"{stat.S_IFDIR:o}:"), p))
+  """Protected paths that are new or different since `baseline` (sorted)."""
+  return sorted(p for p, d in now.items() if baseline.get(p) != d)

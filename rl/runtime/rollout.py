@@ -104,6 +104,7 @@ class RolloutManager:
     self._started: set[int] = set()  # group ids running or finished, not yet decided
     self._finished: dict[int, tuple] = {}  # group id -> (task, Group), awaiting its turn
     self.drops: dict[int, int] = {}  # policy version -> groups dropped for zero variance
+    self._admitted: dict[int, int] = {}  # group id -> buffer version it was admitted at
     self.episode_stats: collections.deque = collections.deque()  # drained by the trainer
     self.masked_in_a_row = 0
     self._stop = threading.Event()
@@ -193,12 +194,15 @@ class RolloutManager:
   def _produce(self) -> None:
     try:
       while not self._stop.is_set():
-        if not self.buffer.admit(timeout=0.2):
+        admitted_at = self.buffer.admit_at(timeout=0.2)
+        if admitted_at is None:
           continue
         if self.prefetch:
           gid, task, prepared = self._take_prepared()
         else:
           (gid, task), prepared = self._next_work(), None
+        with self.lock:
+          self._admitted[gid] = admitted_at
         _spawn(self._run_group_safe, gid, task, prepared, name=f"group-{gid}")
     except BufferClosed:
       pass
@@ -328,8 +332,9 @@ class RolloutManager:
 
   def _decide(self, gid: int, task, group: Group) -> None:
     """Masks (infra), drops (zero variance, within the budget) or buffers a group (lock held)."""
+    at = self._admitted.pop(gid, None)
     if group.status == "infra":
-      self.buffer.cancel("infra")
+      self.buffer.cancel("infra", at)
       self.on_event("group_masked", group_id=gid, task_id=task.id)
       self.masked_in_a_row += 1
       limit = self.cfg.max_masked_in_a_row
@@ -348,6 +353,6 @@ class RolloutManager:
     ):
       self.drops[version] = self.drops.get(version, 0) + 1
       group.status = "zero_variance"
-      self.buffer.cancel("zero_variance")
+      self.buffer.cancel("zero_variance", at)
       return
-    self.buffer.put(group)
+    self.buffer.put(group, at)

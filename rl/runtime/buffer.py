@@ -28,7 +28,9 @@ that. The hard cap `max_token_staleness` (>= eta) bounds it:
     Dropping frees its admission slot, so a replacement starts. No trained group exceeds the cap.
 
 Restart rule (AReaL): on restore `accepted = version * batch_size` plus the groups restored
-into the buffer; `running` restarts at 0 and re-issued in-flight groups are admitted again.
+into the buffer; `running` restarts at 0 and re-issued in-flight groups are admitted again,
+keeping their original admission version (`expect` / `backdate`: a group re-used from the
+store holds tokens that old, so its deadline is unchanged by the crash).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class StalenessBuffer:
     self.accepted = 0  # groups put into the buffer since the run began (consumed included)
     self.running = 0  # groups admitted and not yet put or cancelled
     self._running_at = collections.Counter()  # admission version -> running groups
+    self._expected_at = collections.Counter()  # re-issued after a resume, not yet re-admitted
     self._items: collections.deque = collections.deque()
     self._cv = threading.Condition()
     self._closed = False
@@ -103,6 +106,27 @@ class StalenessBuffer:
       self._running_at[at] -= 1
       if not self._running_at[at]:
         del self._running_at[at]
+
+  def expect(self, versions) -> None:
+    """Groups re-issued after a resume, by their original admission version: counted as
+    running at that version (the trainer waits for them near the cap) until re-admitted."""
+    with self._cv:
+      self._expected_at.update(versions)
+
+  def backdate(self, admitted_at: int, original: int) -> int:
+    """A re-issued group was re-admitted at `admitted_at`: it keeps its original admission
+    version (its re-used tokens may be that old). Returns the version to put/cancel with."""
+    with self._cv:
+      if self._expected_at[original]:
+        self._expected_at[original] -= 1
+      self._expected_at += collections.Counter()  # drops zero counts
+      at = min(admitted_at, original)
+      if at != admitted_at and self._running_at[admitted_at]:
+        self._running_at[admitted_at] -= 1
+        self._running_at[at] += 1
+        self._running_at += collections.Counter()
+      self._cv.notify_all()
+      return at
 
   def try_admit(self) -> bool:
     with self._cv:
@@ -166,7 +190,9 @@ class StalenessBuffer:
       waited = False
       while True:
         self._drop_stale()
-        expiring = any(at <= self.version - self.cap for at in self._running_at)
+        expiring = any(
+          at <= self.version - self.cap for at in (*self._running_at, *self._expected_at)
+        )
         if len(self._items) >= n and not expiring:
           # oldest policy first (stable: FIFO among equals), so groups near the cap are
           # trained before they expire; sync runs (all one version) stay FIFO
@@ -174,10 +200,11 @@ class StalenessBuffer:
           batch = [self._items[i] for i in order[:n]]
           self._items = collections.deque(self._items[i] for i in sorted(order[n:]))
           self.consumed_staleness += [self.version - g.min_version for g in batch]
-          self.waits += waited
           self._cv.notify_all()
           return batch
-        waited = waited or (len(self._items) >= n and expiring)
+        if not waited and len(self._items) >= n:  # held back only by an expiring group
+          self.waits += 1
+          waited = True
         if self._closed:
           raise BufferClosed()
         left = None if deadline is None else deadline - time.monotonic()

@@ -1,21 +1,20 @@
-r"""Async vs sync RL on heavy-tailed episodes: trajectories/s, trainer idle fraction, reward.
+r"""Async vs sync RL on heavy-tailed episodes, over seeds and the whole run.
 
-  python benchmarks/async_vs_sync.py [--steps=14] [--slow_phase=setup|verify] [--prefetch=16]
+  python benchmarks/async_vs_sync.py [--seeds=0,1,2] [--steps=8] [--eta=4 --cap=8]
+  python benchmarks/async_vs_sync.py --kv_probe     # the KV-cache policy at a weight swap
 
-One process, same everything but `loop.mode`: the toy's echo_word task pool in real bubblewrap
-sandboxes, graded by the real verifier, a shared SFT warm start (saved once as a Hugging Face
-checkpoint, loaded by both runs). Episode durations are heavy-tailed: every task sleeps `base_s`
-seconds, and a `slow_frac` of the tasks (seeded) sleep `slow_factor` times longer, either in
-the environment's set-up (`--slow_phase=setup`: a slow build) or in its hidden tests
-(`--slow_phase=verify`: a slow test suite, after the policy has acted). Both modes prefetch
-`--prefetch` groups' sandboxes ahead of admission (rollout.prefetch_groups; 0: off), so set-up
-time overlaps with everything else in both. Sync waits for the slowest group of every batch;
-async (staleness eta, decoupled PPO) keeps producing while the trainer updates.
-Reported: trajectories/s and trainer idle fraction over steps 3..N, leaving out steps that
-compiled a new update layout (listed), and beside it the same over every step (`whole_run_*`,
-so a head start async builds before step 3 is not left out) and over the run's wall time;
-speedups of each; final training reward (mean of the last 3 steps). Targets: async >= 1.8x
-sync, async idle <= 15%, final reward within noise.
+Same everything but `loop.mode`: the toy's echo_word task in real bubblewrap sandboxes, graded
+by the real verifier, one shared SFT warm start (saved as a Hugging Face checkpoint, loaded by
+every run). Every group's hidden tests sleep `base_s`, a seeded `slow_frac` of the groups (the
+slow tasks) `slow_factor` times longer (`--slow_phase=setup`: in the set-up instead). Both modes
+prefetch `--prefetch` groups' sandboxes. Async: admission eta, per-token cap
+(`loop.max_token_staleness`), decoupled PPO, in-flight weight updates.
+Reported per mode, mean and sd over seeds, every step included (compiles and the first steps
+too): trajectories/s, trainer idle fraction, final training reward (mean of the last 3 steps),
+the slow groups' share of trained trajectories against their share of the issued groups (with
+the binomial sd), stale drops and the oldest trained token; the plot is training reward vs
+trajectories consumed (each seed and the mean). Targets: async >= 3x sync trajectories/s, idle
+<= 10%, final reward within one sd of sync, slow share within noise.
 """
 
 from __future__ import annotations

@@ -92,8 +92,12 @@ def base_config(args, seed: int = 0):
 
 
 def warm_start_checkpoint(args, root: pathlib.Path) -> str:
-  """SFT once through rl_run.run (0 RL steps) and save the policy as an HF checkpoint."""
+  """SFT once through rl_run.run (0 RL steps) and save the policy as an HF checkpoint (a
+  WORKDIR that has one already re-uses it)."""
   from models import hf
+
+  if (root / "policy" / "config.json").is_file():
+    return str(root / "policy")
 
   c = base_config(args)
   c.loop.steps = 0
@@ -151,11 +155,14 @@ def run_mode(args, root, policy: str, mode: str, seed: int) -> dict:
 
   t0 = time.monotonic()
   rl_run.run(exp, str(wd), task_source=src)
-  wall = time.monotonic() - t0
+  return measure(wd, mode, seed, made[-1], time.monotonic() - t0)
+
+
+def measure(wd, mode: str, seed: int, tasks, wall: float | None = None) -> dict:
+  """One finished run's figures from its metrics and trajectory store."""
   recs = [r for r in read_metrics(wd) if "time/step_s" in r]
   all_s = sum(r["time/step_s"] for r in recs)
   trajs = [r["throughput/trajectories_per_s"] * r["time/step_s"] for r in recs]
-  tasks = made[-1]
   store = TrajectoryStore(wd)
   trained = store.read_batches().column("group_id").to_pylist()  # one entry per trajectory
   slow = [tasks.is_slow(g) for g in trained]
@@ -166,7 +173,7 @@ def run_mode(args, root, policy: str, mode: str, seed: int) -> dict:
     # every step, the first ones and those that compiled a new layout included
     "trajectories_per_s": sum(trajs) / all_s,
     "trainer_idle_frac": sum(r["time/wait_s"] for r in recs) / all_s,
-    "wall_trajectories_per_s": sum(trajs) / wall,  # set-up and shutdown too
+    "wall_trajectories_per_s": sum(trajs) / wall if wall else None,  # set-up, shutdown too
     "step_s_mean": all_s / len(recs),
     "final_reward": float(np.mean([r["reward/mean"] for r in recs[-3:]])),
     "reward_curve": [r["reward/mean"] for r in recs],
@@ -198,13 +205,12 @@ def summarize(runs: list[dict]) -> dict:
     out[f"{mode}_stale_dropped"] = sum(r["stale_dropped"] for r in rs)
     out[f"{mode}_token_staleness_max"] = max(r["token_staleness_max"] for r in rs)
   if "sync_trajectories_per_s" in out and "async_trajectories_per_s" in out:
+    by = {(r["mode"], r["seed"]): r for r in runs}
     sp = [
-      a["trajectories_per_s"] / s["trajectories_per_s"]
-      for a, s in zip(
-        [r for r in runs if r["mode"] == "async"], [r for r in runs if r["mode"] == "sync"],
-        strict=True,
-      )
-    ]  # fmt: skip
+      by["async", seed]["trajectories_per_s"] / by["sync", seed]["trajectories_per_s"]
+      for mode, seed in by
+      if mode == "sync" and ("async", seed) in by
+    ]
     out["speedup_per_seed"] = sp
     out["speedup"] = float(np.mean(sp))
     a, s = out["async_final_reward"], out["sync_final_reward"]
@@ -346,18 +352,32 @@ def main():
   ap.add_argument("--workdir", default="")
   ap.add_argument("--plot", default="", help="PNG path (default: WORKDIR/async_vs_sync.png)")
   ap.add_argument("--kv_probe", action="store_true", help="only the KV-cache policy probe")
+  ap.add_argument("--report", action="store_true", help="summarize the finished runs in WORKDIR")
   args = ap.parse_args()
   if args.kv_probe:
     far, near = kv_probe(), kv_probe(step=0.01)
     print(json.dumps({"benchmark": "kv_on_swap", "far": far, "near_1pct": near}, indent=1))
     return
   root = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="agentrl-async-bench-"))
-  policy = warm_start_checkpoint(args, root)
+  seeds = [int(x) for x in args.seeds.split(",")]
   runs = []
-  for seed in [int(x) for x in args.seeds.split(",")]:
-    for m in args.modes.split(","):  # interleaved: load drifts hit both modes alike
-      runs.append(run_mode(args, root, policy, m, seed))
-      print(json.dumps({k: v for k, v in runs[-1].items() if not isinstance(v, list)}))
+  if args.report:  # runs that finished (every step logged), e.g. of an interrupted benchmark
+    for seed in seeds:
+      for m in args.modes.split(","):
+        wd = root / f"{m}-{seed}"
+        recs = [r for r in read_metrics(wd) if "time/step_s" in r] if wd.is_dir() else []
+        if len(recs) == args.steps:
+          tasks = HeavyTailTasks(
+            "echo_word", seed, wd, base_s=args.base_s, slow_frac=args.slow_frac,
+            slow_factor=args.slow_factor, phase=args.slow_phase,
+          )  # fmt: skip
+          runs.append(measure(wd, m, seed, tasks))
+  else:
+    policy = warm_start_checkpoint(args, root)
+    for seed in seeds:
+      for m in args.modes.split(","):  # interleaved: load drifts hit both modes alike
+        runs.append(run_mode(args, root, policy, m, seed))
+        print(json.dumps({k: v for k, v in runs[-1].items() if not isinstance(v, list)}))
   png = pathlib.Path(args.plot or root / "async_vs_sync.png")
   plot(runs, png)
   out = {"benchmark": "async_vs_sync", "args": vars(args), "plot": str(png), **summarize(runs)}

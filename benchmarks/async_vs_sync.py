@@ -42,14 +42,15 @@ class HeavyTailTasks(task_sources.ProceduralTasks):
   """echo_word tasks whose set-up or hidden tests sleep base_s, or slow_factor * base_s for a
   seeded `slow_frac` of the groups (the slow tasks of the pool; `slow_groups` records them)."""
 
-  def __init__(self, *a, base_s: float, slow_frac: float, slow_factor: float, phase: str, **kw):
+  def __init__(self, *a, base_s, slow_frac, slow_factor, phase, slow_seed: int, **kw):
     super().__init__(*a, **kw)
     self.base_s, self.slow_frac, self.slow_factor = base_s, slow_frac, slow_factor
-    self.phase = phase
+    self.phase, self.slow_seed = phase, slow_seed
     self.slow_groups: set[int] = set()
 
   def is_slow(self, group_id: int) -> bool:
-    return bool(np.random.default_rng([self.seed, group_id, 7]).random() < self.slow_frac)
+    rng = np.random.default_rng([self.slow_seed, group_id, 7])
+    return bool(rng.random() < self.slow_frac)
 
   def task_for(self, group_id: int, salt: int = 0):
     task = super().task_for(group_id, salt)
@@ -139,10 +140,11 @@ def run_mode(args, root, policy: str, mode: str, seed: int) -> dict:
 
   def src(w, ev):
     made.append(
-      HeavyTailTasks(
+      HeavyTailTasks(  # the warm start's task (pool seed 0); the run seed: sampling, slowness
         "echo_word",
-        exp.loop.seed,
+        0,
         w,
+        slow_seed=exp.loop.seed,
         on_event=ev,
         base_s=args.base_s,
         slow_frac=args.slow_frac,
@@ -368,7 +370,7 @@ def main():
         recs = [r for r in read_metrics(wd) if "time/step_s" in r] if wd.is_dir() else []
         if len(recs) == args.steps:
           tasks = HeavyTailTasks(
-            "echo_word", seed, wd, base_s=args.base_s, slow_frac=args.slow_frac,
+            "echo_word", 0, wd, slow_seed=seed, base_s=args.base_s, slow_frac=args.slow_frac,
             slow_factor=args.slow_factor, phase=args.slow_phase,
           )  # fmt: skip
           runs.append(measure(wd, m, seed, tasks))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import select
 import signal
 import subprocess
 import threading
@@ -161,7 +160,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
         self._proc.kill()
         if hasattr(self, "pid1"):  # blocked before its PR_SET_PDEATHSIG: kill it ourselves
           bwrap_host.kill_quietly(self.pid1)
-        if select.select([self._proc.stderr], [], [], 5.0)[0]:
+        if bwrap_host.readable(self._proc.stderr, 5.0):
           err = os.read(self._proc.stderr.fileno(), 1 << 16)
       raise SandboxError(f"bwrap failed to start: {err.decode(errors='replace')} {e!r}") from e
     finally:
@@ -368,7 +367,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     """pid 1 exited (its pidfd turned readable) or bwrap did."""
     if self._proc.poll() is not None:
       return True
-    return bool(select.select([self._pidfd], [], [], 0)[0]) if hasattr(self, "_pidfd") else False
+    return bwrap_host.readable(self._pidfd, 0) if hasattr(self, "_pidfd") else False
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(tasks now, forks refused at the pids limit) when a pids cgroup enforces the limit."""
@@ -398,7 +397,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       self._proc.kill()
     if hasattr(self, "pid1"):  # pid 1 gone <=> every process of its pid namespace gone
       bwrap_host.kill_quietly(self.pid1)
-      select.select([self._pidfd], [], [], 30)
+      bwrap_host.readable(self._pidfd, 30)
       os.close(self._pidfd)
       del self.pid1
     if self._proc is not None:

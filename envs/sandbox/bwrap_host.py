@@ -98,11 +98,22 @@ def popen_long_lived(args, **kw) -> subprocess.Popen:
   return _SPAWNER.popen(args, **kw)
 
 
+def readable(fd, timeout_s: float) -> bool:
+  """Whether `fd` (an int or a file) is readable within `timeout_s`.
+
+  poll, not select: select() raises ValueError for descriptors past 1024, which a run with
+  many concurrent sandboxes reaches.
+  """
+  poller = select.poll()
+  poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+  return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
+
+
 def read_until(fd: int, stop: bytes, timeout_s: float) -> bytes:
   data, end = b"", time.monotonic() + timeout_s
   while stop not in data:
     left = end - time.monotonic()
-    if left <= 0 or not select.select([fd], [], [], left)[0]:
+    if left <= 0 or not readable(fd, left):
       raise TimeoutError
     chunk = os.read(fd, 4096)
     if not chunk:

@@ -6,8 +6,9 @@ prints the report between nonce-tagged marks on the exec's stdout (read on the h
 is envs.scoring). pytest runs isolated from the agent's environment: `python -I` (no PYTHON*
 variables, no user site, no script or working folder on sys.path), the workspace *appended*
 to sys.path (the standard library and pytest come first, so a workspace `json.py` or
-`sqlite3/` cannot shadow them), a fresh `sys.pycache_prefix` with bytecode writing off (a
-`__pycache__/*.pyc` the agent planted beside a source file is never read), our own ini file
+`sqlite3/` cannot shadow them), `-B -X pycache_prefix=` a folder
+under /proc (no bytecode read or written from interpreter start on: a `__pycache__/*.pyc` the
+agent planted, in the workspace or the stdlib, is never read), our own ini file
 and `--confcutdir`. The JUnit report leaves the test process through fd 3 (the exec's
 stdout) before the process ends with `os._exit`, so no atexit hook of the agent's code runs.
 """
@@ -20,6 +21,7 @@ import shlex
 
 from envs.task import FileEntry, Task
 from envs.task_env import KILL_STRAYS
+from envs.workspace import NO_PYCACHE
 
 GRADER_ROOT = "/tmp/.agentrl-grader"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -29,8 +31,6 @@ TESTS_CHANGED = "@@AGENTRL_TESTS_CHANGED@@"
 # Runs pytest; the report goes to fd 3 (the exec's stdout) and the process ends with os._exit.
 _BOOT_PY = r"""
 import os, sys
-sys.dont_write_bytecode = True
-sys.pycache_prefix = os.environ["AGENTRL_PYCACHE"]
 sys.path.append(os.environ["AGENTRL_WORKSPACE"])
 import pytest
 rc = pytest.main(sys.argv[1:])
@@ -50,8 +50,8 @@ os._exit(int(rc))
 def prepare_command(gdir: str, nonce: str, manifest: str) -> str:
   """Kills strays, makes the grader's folders (prints `ready-<nonce>`), then the manifest."""
   return (
-    f"{KILL_STRAYS}\nrm -rf {GRADER_ROOT}-* 2>/dev/null; umask 077; "
-    f"mkdir {gdir} && mkdir {gdir}/tests {gdir}/logs {gdir}/home {gdir}/pycache "
+    f"{KILL_STRAYS}\n/bin/rm -rf {GRADER_ROOT}-* 2>/dev/null; umask 077; "
+    f"/bin/mkdir {gdir} && /bin/mkdir {gdir}/tests {gdir}/logs {gdir}/home "
     f"&& echo ready-{nonce}; {manifest}"
   )
 
@@ -86,7 +86,7 @@ def runner_files(task: Task, gdir: str) -> tuple[FileEntry, ...]:
   if task.tests.rewrite_paths:
     pre, post = rewrite_paths(pre, tdir, ldir), rewrite_paths(post, tdir, ldir)
   pytest = (
-    f"/usr/bin/python3 -I {gdir}/boot.py -c {gdir}/pytest.ini --rootdir={tdir} "
+    f"/usr/bin/python3 -I -B -X {NO_PYCACHE} {gdir}/boot.py -c {gdir}/pytest.ini --rootdir={tdir} "
     f"--confcutdir={tdir} -p no:cacheprovider -p no:doctest -p no:nose -p no:pastebin "
     f"-p no:stepwise -o junit_suite_name=$AGENTRL_NONCE --junitxml={ldir}/junit.xml -q -rA {tdir}"
   )
@@ -114,7 +114,6 @@ def _test_env(task: Task, gdir: str, nonce: str) -> str:
     "TEST_DIR": tdir,
     "LOGS_DIR": ldir,
     "AGENTRL_WORKSPACE": task.workdir,
-    "AGENTRL_PYCACHE": f"{gdir}/pycache",
     "AGENTRL_JUNIT": f"{ldir}/junit.xml",
     "AGENTRL_NONCE": nonce,
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",

@@ -32,6 +32,7 @@ from envs.grader_command import (
   runner_files,
 )
 from envs.grading import changed_sources, tamper_flags
+from envs.sandbox import system_guard
 from envs.sandbox.base import Sandbox, SandboxError
 from envs.scoring import MAX_REPORT, GradeResult, masked_result, score_pytest, score_shell
 from envs.task import FileEntry, Task
@@ -71,6 +72,15 @@ def _between(text: str, start: str, end: str) -> str | None:
   return text[i + len(start) : j] if i >= 0 and j >= 0 else None
 
 
+def system_flags(sb: Sandbox, baseline: dict[str, str] | None) -> list[str]:
+  """`tamper:system_modified:...` when the agent changed what the grader runs in the sandbox
+  (pytest, python, bash, the loader: a writable root in container mode), read host-side."""
+  now = sb.system_fingerprint() if baseline is not None else None
+  diff = system_guard.changed(baseline, now) if now is not None else []
+  more = f"(+{len(diff) - 3})" if len(diff) > 3 else ""
+  return [f"tamper:system_modified:{','.join(diff[:3])}{more}"] if diff else []
+
+
 class Verifier:
   """Grades TaskSandboxes; thread-safe (no mutable state)."""
 
@@ -88,7 +98,7 @@ class Verifier:
     try:
       if mode == "fresh":
         box, fresh = self._fresh_box(ts)
-      res = self._grade_in(box, task, ts.baseline)
+      res = self._grade_in(box, task, ts.baseline, (fresh or ts).system_baseline)
     except TaskSetupError as e:
       return masked_result(task.id, "task_error", str(e), time.monotonic() - t0)
     except (SandboxError, OSError) as e:
@@ -126,10 +136,17 @@ class Verifier:
       box.upload(f"{tmp}/ws", task.workdir)
     return box, owner
 
-  def _grade_in(self, sb: Sandbox, task: Task, baseline: dict[str, str]) -> GradeResult:
+  def _grade_in(
+    self, sb: Sandbox, task: Task, baseline: dict[str, str], system: dict[str, str] | None
+  ) -> GradeResult:
     nonce = uuid.uuid4().hex
     gdir = f"{GRADER_ROOT}-{nonce}"
     tdir, ldir = f"{gdir}/tests", f"{gdir}/logs"
+    neutralize_login(sb)
+    kill_strays(sb, backstop=False)  # the prepare script runs KILL_STRAYS as the backstop
+    if bad := system_flags(sb, system):  # nothing the sandbox runs can be trusted now
+      why = "the agent changed what the grader runs in the sandbox (python, pytest, bash, libs)"
+      return GradeResult(task.id, False, 0.0, "tamper", flags=tuple(bad), detail=why)
     flags = self._prepare(sb, task, baseline, gdir, nonce)
     if flags is None:
       why = "the grader could not prepare its folders in the live sandbox"
@@ -182,12 +199,10 @@ class Verifier:
   def _prepare(
     self, sb: Sandbox, task: Task, baseline: dict[str, str], gdir: str, nonce: str
   ) -> list[str] | None:
-    """Kills the agent's processes, makes the grader folders, scans for tampering.
+    """Makes the grader folders (killing strays again), scans the workspace for tampering.
 
     None: the grader could not make its folders (the agent's doing, in a live sandbox).
     """
-    neutralize_login(sb)
-    kill_strays(sb, backstop=False)  # the script below runs KILL_STRAYS as the backstop
     r = sb.exec(prepare_command(gdir, nonce, manifest_cmd(task.workdir)), timeout_s=60)
     lines = r.stdout.strip().splitlines()
     if f"ready-{nonce}" not in lines[:-1]:

@@ -104,6 +104,8 @@ GRADER_HACKS = {
   "stdlib_packages",
   "swap_tests_daemon",
   "block_grader",
+  "system_toolchain",
+  "fill_disk",
 }
 
 

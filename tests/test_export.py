@@ -8,29 +8,14 @@ import jax
 import numpy as np
 import pytest
 
-from models import hf, transformer
-from models.config import ModelConfig
+from models import config, hf, transformer
 from rl.config import Experiment, TrainConfig
 from rl.runtime import export
 from rl.runtime.checkpoint import Checkpointer
 from rl.runtime.run import training_mesh
 from rl.train_state import create_train_state
 
-TINY = ModelConfig(
-  arch="qwen3",
-  vocab_size=260,
-  d_model=32,
-  n_layers=2,
-  n_heads=2,
-  n_kv_heads=2,
-  head_dim=16,
-  d_ff=64,
-  max_seq_len=64,
-  qk_norm=True,
-  dtype="float32",
-  param_dtype="float32",
-  attention="naive",
-)
+TINY = config.tiny(max_seq_len=64, attention="naive")
 
 
 def _run_dir(tmp_path):

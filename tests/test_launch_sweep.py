@@ -4,8 +4,10 @@ One sweep covers several README features through the real entry points (subproce
 bwrap sandboxes, orbax, tensorboardX): results.csv / .md / .png, --parallel, finished runs
 skipped on a second sweep, loop.updates_per_batch through the host loop (the grid: with a
 linear lr warmup, the logged lr counts optimizer steps), loop.replay_groups (the replay
-buffer, in the checkpoint's host state, holds the trained groups with reward variance), and TensorBoard event files holding the same
-scalars as metrics.jsonl.
+buffer, in the checkpoint's host state, holds the trained groups with reward variance),
+TensorBoard event files holding the same scalars as metrics.jsonl, and training on Docker
+sandboxes (env.backend=docker; bwrap where no daemon answers, except under CI=true, which
+fails then: the other toy runs train on bwrap).
 """
 
 import csv
@@ -19,6 +21,7 @@ import sys
 import numpy as np
 from tensorboardX.proto import event_pb2
 
+from envs.sandbox import testing
 from rl.runtime.trajectory_store import TrajectoryStore
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -35,10 +38,17 @@ SETS = {
 }
 
 
-def _sweep(workdir):
+def _backend() -> str:
+  if testing.docker_unavailable() and os.environ.get("CI", "").lower() != "true":
+    return "bwrap"
+  testing.require_docker()  # fails under CI=true without a daemon
+  return "docker"
+
+
+def _sweep(workdir, backend):
   cmd = [sys.executable, "-m", "launch.sweep", "--config=configs/toy.py", f"--workdir={workdir}"]
   cmd += ["--grid=loop.updates_per_batch=1,2", "--parallel=2"]
-  cmd += [f"--set={k}={v}" for k, v in SETS.items()]
+  cmd += [f"--set={k}={v}" for k, v in {**SETS, "env.backend": backend}.items()]
   env = dict(os.environ, PYTHONPATH=str(ROOT))
   env.pop("XLA_FLAGS", None)  # one CPU device, like a user's run
   return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
@@ -64,7 +74,8 @@ def _cols(store):
 
 
 def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
-  p = _sweep(tmp_path)
+  backend = _backend()
+  p = _sweep(tmp_path, backend)
   assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
   runs = {r: tmp_path / r for r in ("updates_per_batch=1", "updates_per_batch=2")}
   with open(tmp_path / "results.csv") as f:
@@ -76,6 +87,8 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
   assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert p.stdout.count("[sweep]") >= 4  # two starts, two exits: both ran (2 at once)
 
+  for run in runs.values():  # trained on the chosen backend's sandboxes
+    assert json.loads((run / "experiment.json").read_text())["env"]["backend"] == backend
   lr, metrics = {}, {}
   for name, run in runs.items():
     recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -104,7 +117,7 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
 
   # a second sweep finds both runs finished and runs nothing
   before = {n: (r / "summary.json").stat().st_mtime for n, r in runs.items()}
-  again = _sweep(tmp_path)
+  again = _sweep(tmp_path, backend)
   assert again.returncode == 0, again.stderr[-2000:]
   assert "[sweep]" not in again.stdout
   assert {n: (r / "summary.json").stat().st_mtime for n, r in runs.items()} == before

@@ -2,6 +2,7 @@
 improve the reward; the staleness bound holds; malformed tool calls and sandboxes killed from
 the host mid-episode do not stop training."""
 
+import dataclasses
 import json
 import threading
 
@@ -13,14 +14,18 @@ from configs import toy
 from envs.sandbox import testing as sandbox_testing
 from rl import config as rl_config
 from rl.runtime import run as rl_run
+from rl.runtime.task_sources import make_task_source
 from rl.runtime.telemetry import read_metrics, series
 from rl.runtime.trajectory_store import TrajectoryStore
 
 
 @pytest.fixture(autouse=True)
 def _compile_cache(tmp_path_factory):
+  """The two runs share their compiles (same programs); restored after: it is process-global."""
+  before = jax.config.jax_compilation_cache_dir
   jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.getbasetemp() / "jax_cache"))
   yield
+  jax.config.update("jax_compilation_cache_dir", before)
 
 
 def _improvement(workdir, k=4):
@@ -29,12 +34,34 @@ def _improvement(workdir, k=4):
   return float(rate[:k].mean()), float(rate[-k:].mean()), steps
 
 
-def test_sync_toy_run_improves(tmp_path):
-  exp = rl_config.to_experiment(toy.get_config())
-  summary = rl_run.run(exp, str(tmp_path))
+def _copies_of_the_training_task(n):
+  """A task source whose held-out eval is n copies of the toy's one training task."""
+
+  def source(workdir, on_event):
+    env = dataclasses.replace(exp_env, eval_tasks=0)
+    src, _ = make_task_source(env, 0, workdir, on_event)
+    return src, [src.task_for(0)] * n
+
+  exp_env = rl_config.to_experiment(toy.get_config()).env
+  return source
+
+
+def test_sync_toy_run_improves_and_evaluates_greedily(tmp_path):
+  c = toy.get_config()
+  c.env.eval_tasks, c.env.eval_greedy = 8, True
+  exp = rl_config.to_experiment(c)
+  summary = rl_run.run(exp, str(tmp_path), task_source=_copies_of_the_training_task(8))
   assert summary["step"] == exp.loop.steps
   first, last, _ = _improvement(tmp_path)
   assert last >= first + 0.1, (first, last)
+  # env.eval_greedy: the 8 copies of one task, each with its own sampling seed, decode alike,
+  # so they all pass or all fail and have one length (sampled at the training pass rate,
+  # ~0.8, all 8 would pass 17% of the time); the eval runs after the warm start and at the end.
+  _, evals = series(read_metrics(tmp_path), "eval/pass_rate/overall")
+  _, n = series(read_metrics(tmp_path), "eval/n")
+  assert len(evals) == 2 and set(n) == {8.0}, (evals, n)
+  _, tokens = series(read_metrics(tmp_path), "eval/generated_tokens")
+  assert set(evals) <= {0.0, 1.0} and all(t.is_integer() for t in tokens), (evals, tokens)
   batches = TrajectoryStore(tmp_path).read_batches()
   assert set(batches.column("staleness").to_pylist()) == {0}  # sync: always on-policy
   assert (tmp_path / "plots" / "pass_rate.png").exists()

@@ -75,41 +75,33 @@ def test_unknown_architecture(good_dir, tmp_path):
     hf.load(tmp_path)
 
 
-def test_missing_tensor(good_dir, tmp_path):
+K_NORM, UP = "model.layers.0.self_attn.k_norm.weight", "model.layers.0.mlp.up_proj.weight"
+
+
+@pytest.mark.parametrize(
+  "edit,message",
+  [
+    (
+      lambda t: {k: v for k, v in t.items() if k != K_NORM},
+      r"model\.safetensors: missing tensor model\.layers\.0\.self_attn\.k_norm\.weight "
+      r"\(expected shape \(16,\)\)",
+    ),
+    (
+      lambda t: {**t, UP: np.zeros((100, 64), np.float32)},
+      r"model\.safetensors: tensor model\.layers\.0\.mlp\.up_proj\.weight: "
+      r"expected shape \(128, 64\), found \(100, 64\)",
+    ),
+    (
+      lambda t: {**t, "model.norm.weight": t["model.norm.weight"].astype(np.int8)},
+      r"tensor model\.norm\.weight has unsupported dtype I8",
+    ),
+  ],
+  ids=["missing", "shape", "dtype"],
+)
+def test_bad_tensor_is_a_one_line_error(good_dir, tmp_path, edit, message):
   _copy(good_dir, tmp_path)
-  _rewrite_tensors(
-    tmp_path,
-    lambda t: {k: v for k, v in t.items() if k != "model.layers.0.self_attn.k_norm.weight"},
-  )
-  with pytest.raises(
-    hf.CheckpointError,
-    match=r"model\.safetensors: missing tensor model\.layers\.0\.self_attn"
-    r"\.k_norm\.weight \(expected shape \(16,\)\)",
-  ):
-    hf.load(tmp_path)
-
-
-def test_shape_mismatch(good_dir, tmp_path):
-  _copy(good_dir, tmp_path)
-  name = "model.layers.0.mlp.up_proj.weight"
-  _rewrite_tensors(tmp_path, lambda t: {**t, name: np.zeros((100, 64), np.float32)})
-  with pytest.raises(
-    hf.CheckpointError,
-    match=r"model\.safetensors: tensor model\.layers\.0\.mlp\.up_proj\.weight: "
-    r"expected shape \(128, 64\), found \(100, 64\)",
-  ):
-    hf.load(tmp_path)
-
-
-def test_unsupported_dtype(good_dir, tmp_path):
-  _copy(good_dir, tmp_path)
-  name = "model.norm.weight"
-  _rewrite_tensors(tmp_path, lambda t: {**t, name: t[name].astype(np.int8)})
-  with pytest.raises(
-    hf.CheckpointError,
-    match=r"tensor model\.norm\.weight has unsupported "
-    r"dtype I8",
-  ):
+  _rewrite_tensors(tmp_path, edit)
+  with pytest.raises(hf.CheckpointError, match=message):
     hf.load(tmp_path)
 
 

@@ -7,49 +7,16 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+from train_step_setup import DENSE, OPT, assert_trees_close, batch_of, run_steps, trajectories
 
 from models import lora, transformer
-from models.config import tiny
 from parallel.mesh import MeshConfig, make_mesh, single_device_mesh
-from rl.config import LossConfig, OptimConfig, TrainConfig
-from rl.packing import pack
+from rl.config import LossConfig, TrainConfig
 from rl.train_state import create_train_state, policy_params
-from rl.train_step import compute_grads, make_train_step
+from rl.train_step import compute_grads
 
-DENSE = tiny("qwen3", vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
-OPT = OptimConfig(lr=1e-2, warmup_steps=0, decay_steps=10, eps=1e-3, weight_decay=0.01)
-FAST = {"xla_backend_optimization_level": 0}  # same computation, half the CPU compile time
 LORA = lora.LoraConfig(rank=4, alpha=8.0, targets=("axis:heads", "axis:kv_heads", "down_proj"))
 CFG = TrainConfig(loss=LossConfig(kl="k3", kl_coef=0.05), optim=OPT, lora=LORA)
-
-
-def batch_of(n=16, group=4, seed=0):
-  """A packed GRPO batch of random trajectories (rewards vary inside each group)."""
-  rng = np.random.default_rng(seed)
-  trajs = []
-  for i in range(n):
-    length = int(rng.integers(6, 20))
-    mask = np.zeros(length, np.float32)
-    mask[int(rng.integers(2, length - 1)) :] = 1
-    trajs.append(
-      dict(
-        tokens=rng.integers(1, 64, length),
-        loss_mask=mask,
-        reward=float(rng.integers(0, 2) + rng.random() * 0.1),
-        group_id=i // group,
-      )
-    )
-  return pack(trajs, 32, max_segments=4, row_multiple=8)[0]
-
-
-def run_steps(cfg, mesh, batch, n=2):
-  state, shardings = create_train_state(DENSE, cfg, mesh, jax.random.key(0))
-  step = make_train_step(DENSE, cfg, mesh, shardings, batch, compiler_options=FAST)
-  metrics = []
-  for _ in range(n):
-    state, m = step(state, batch)
-    metrics.append(jax.device_get(m))
-  return state, metrics, step
 
 
 def test_state_holds_frozen_base_and_adapters():
@@ -68,7 +35,7 @@ def test_state_holds_frozen_base_and_adapters():
 
 def test_adapter_grads_equal_chain_rule_of_full_grads():
   """dL/dA = scale * dL/dW @ B^T and dL/dB = scale * A^T @ dL/dW at W' = W + scale * A @ B."""
-  batch = jax.tree.map(jnp.asarray, batch_of())
+  batch = jax.tree.map(jnp.asarray, batch_of(trajectories()))
   state, _ = create_train_state(DENSE, CFG, single_device_mesh(), jax.random.key(0))
   key = jax.random.key(7)
   adapters = {  # non-zero B so both factors get gradients
@@ -97,16 +64,14 @@ def test_adapter_grads_equal_chain_rule_of_full_grads():
 
 
 def test_lora_step_sharded_equals_single_device_and_moves_only_adapters():
-  batch = batch_of()
-  ref_state, ref_m, _ = run_steps(CFG, single_device_mesh(), batch)
+  batch = batch_of(trajectories())
+  ref_state, ref_m, ref_losses, _ = run_steps(DENSE, CFG, single_device_mesh(), batch)
   cfg8 = dataclasses.replace(CFG, mesh=MeshConfig(data=2, fsdp=2, tensor=2))
   mesh = make_mesh(cfg8.mesh)
-  state, m, step = run_steps(cfg8, mesh, batch)
+  state, m, losses, step = run_steps(DENSE, cfg8, mesh, batch)
   assert step._cache_size() == 1
-  loss = lambda ms: [float(x["loss"]) for x in ms]
-  np.testing.assert_allclose(loss(m), loss(ref_m), rtol=1e-5)
-  for x, y in zip(jax.tree.leaves(state.params), jax.tree.leaves(ref_state.params), strict=True):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+  assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)
   assert state.params["wq"]["b"].sharding.spec[2] == "tensor"  # [L, r, H, d]: heads split
   assert state.frozen["layers"]["wq"].sharding.spec[1:3] == ("fsdp", "tensor")
   base = transformer.init(DENSE, jax.random.key(0))

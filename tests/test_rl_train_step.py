@@ -6,6 +6,7 @@ import functools
 import jax
 import numpy as np
 import pytest
+from train_step_setup import DENSE, FAST, OPT, assert_trees_close, batch_of, run_steps, trajectories
 
 from models import transformer
 from models.config import tiny
@@ -16,7 +17,6 @@ from rl.packing import pack
 from rl.train_state import create_train_state
 from rl.train_step import compute_grads, make_compute_logprobs, make_train_step, target_mask
 
-DENSE = tiny("qwen3", vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
 MOE = tiny(
   "qwen3_moe",
   vocab_size=64,
@@ -27,50 +27,6 @@ MOE = tiny(
   n_experts=4,
   moe_d_ff=16,
 )
-# Adam's eps large enough that the first update is a smooth function of the gradient (with
-# eps ~ 0 it is lr * sign(g) and rounding-level gradient noise could flip a sign).
-OPT = OptimConfig(lr=1e-2, warmup_steps=0, decay_steps=10, eps=1e-3, weight_decay=0.01)
-# XLA's backend optimisation does not change what is computed; off, CPU compiles take half.
-FAST = {"xla_backend_optimization_level": 0}
-
-
-def trajectories(n=16, group=4, seed=0, vocab=64):
-  rng = np.random.default_rng(seed)
-  out = []
-  for i in range(n):
-    length = int(rng.integers(6, 20))
-    mask = np.zeros(length, np.float32)
-    mask[int(rng.integers(2, length - 1)) :] = 1
-    out.append(
-      dict(
-        tokens=rng.integers(1, vocab, length),
-        loss_mask=mask,
-        behaviour_logprobs=(-rng.random(length) * 3).astype(np.float32),
-        reward=float(rng.integers(0, 2) + rng.random() * 0.1),
-        group_id=i // group,
-        truncated=bool(i % 5 == 0),
-      )
-    )
-  return out
-
-
-def batch_of(trajs, max_segments=4, rows=8):
-  return pack(trajs, 32, max_segments=max_segments, row_multiple=rows)[0]
-
-
-def run_steps(model_cfg, cfg, mesh, batch, n=2):
-  state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(0))
-  step = make_train_step(model_cfg, cfg, mesh, shardings, batch, compiler_options=FAST)
-  losses = []
-  for _ in range(n):
-    state, metrics = step(state, batch)
-    losses.append(float(metrics["loss"]))
-  return state, metrics, losses, step
-
-
-def assert_trees_close(a, b, rtol, atol):
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
 
 def test_sharded_step_equals_single_device_compiles_once_and_is_deterministic():
@@ -114,7 +70,7 @@ def test_moe_expert_parallel_step_equals_single_device(mesh_cfg):
   assert "shard_map" in str(step.trace(state, batch).jaxpr)
   assert "shard_map" not in str(ref_step.trace(ref_state, batch).jaxpr)
   assert state.params["layers"]["we_up"].sharding.spec[1] == "expert"
-  assert float(m["moe_aux_loss"]) > 0
+  assert float(m[-1]["moe_aux_loss"]) > 0
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
   assert_trees_close(m, ref_m, rtol=1e-4, atol=1e-6)
   assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)
@@ -299,7 +255,7 @@ def test_logits_at_loss_tokens_step_equals_full_logits_sharded():
   assert "f32[8,24,64]" in str(step.trace(state, batch).jaxpr)  # the head at 24 of 32
   assert "f32[8,24,64]" not in str(ref_step.trace(ref_state, batch).jaxpr)
   assert step._cache_size() == 1
-  assert float(m["kl"]) > 0 and float(m["entropy"]) > 0
+  assert float(m[-1]["kl"]) > 0 and float(m[-1]["entropy"]) > 0
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
   assert_trees_close(m, ref_m, rtol=1e-4, atol=1e-6)
   assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -120,3 +121,33 @@ def test_cli_reuses_and_skips_an_unreachable_docker(sandbox_image):
   assert p.returncode == 0, p.stderr
   assert "skipping docker" in p.stdout
   assert p.stdout.strip().splitlines()[-1] == sandbox_image.id
+
+
+def _cli(env, *args):
+  cmd = [sys.executable, "-m", "launch.build_image", "--backends=bwrap", *args]
+  return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_prune_and_extra_packages(sandbox_image, tmp_path):
+  # a cache of its own: the real image (linked in), a stale image, and a layer on the real one
+  images = tmp_path / "images"
+  images.mkdir()
+  (images / sandbox_image.id).symlink_to(sandbox_image.dir)
+  for name, base in (("r0000000000stale", None), ("l0000000000layer", sandbox_image.id)):
+    (images / name).mkdir()
+    (images / name / "meta.json").write_text(json.dumps({"base": base}))
+  env = dict(os.environ, AGENTRL_CACHE=str(tmp_path))
+  p = _cli(env, "--prune", "--extra_packages=bash")  # a package the default list holds
+  assert p.returncode == 0, p.stderr
+  assert p.stdout.strip().splitlines()[-1] == sandbox_image.id  # same recipe: the cached image
+  assert "pruned: ['r0000000000stale']" in p.stdout
+  assert sorted(d.name for d in images.iterdir() if d.is_dir()) == sorted(
+    [sandbox_image.id, "l0000000000layer"]
+  )
+  assert sandbox_image.tar_path.exists()  # the kept image is untouched
+  # a package the default list lacks is a new recipe: a new image to build (no mmdebstrap on
+  # PATH here, so the build stops at once with its message)
+  p = _cli(dict(env, PATH=str(tmp_path / "no-bin")), "--extra_packages=curl")
+  assert p.returncode != 0 and "mmdebstrap is not installed" in p.stderr, p.stderr[-2000:]
+  new = image_lib.recipe_id(image_lib.ImageRecipe(packages=image_lib.DEFAULT_PACKAGES + ("curl",)))
+  assert new != sandbox_image.id and (images / f"{new}.lock").exists()

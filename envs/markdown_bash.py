@@ -103,6 +103,8 @@ class MarkdownBashFormat:
 
   def __init__(self, tokenizer, system_prompt: str | None = None):
     self.tokenizer = tokenizer
+    if system_prompt is not None and re.fullmatch(r"markdown_bash_v\d+", system_prompt):
+      system_prompt = load_system_prompt(int(system_prompt.rsplit("v", 1)[1]))  # a version's file
     self.system_prompt = load_system_prompt() if system_prompt is None else system_prompt
     self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
     self._head = [{"role": "system", "content": self.system_prompt}]

@@ -5,7 +5,7 @@ and its exit code and output come back as the next *user* turn. The episode ends
 block's last line is the sentinel command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (lines
 before it still run first). A reply with no block, or more than one, gets a format-error
 observation and the episode goes on. The system prompt is a versioned file under
-envs/prompts/ (`load_system_prompt`).
+envs/prompts/ (`load_system_prompt`); a system prompt `markdown_bash_v<N>` names that file.
 
 Token-in/token-out: the turns are rendered with the checkpoint's own chat template. The prompt
 is one render; after each action only the *new* text (end of the assistant turn, the user

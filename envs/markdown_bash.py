@@ -5,7 +5,7 @@ and its exit code and output come back as the next *user* turn. The episode ends
 block's last line is the sentinel command `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` (lines
 before it still run first). A reply with no block, or more than one, gets a format-error
 observation and the episode goes on. The system prompt is a versioned file under
-envs/prompts/ (`load_system_prompt`).
+envs/prompts/ (`load_system_prompt`); a system prompt `markdown_bash_v<N>` names that file.
 
 Token-in/token-out: the turns are rendered with the checkpoint's own chat template. The prompt
 is one render; after each action only the *new* text (end of the assistant turn, the user
@@ -103,6 +103,8 @@ class MarkdownBashFormat:
 
   def __init__(self, tokenizer, system_prompt: str | None = None):
     self.tokenizer = tokenizer
+    if system_prompt is not None and re.fullmatch(r"markdown_bash_v\d+", system_prompt):
+      system_prompt = load_system_prompt(int(system_prompt.rsplit("v", 1)[1]))  # a version's file
     self.system_prompt = load_system_prompt() if system_prompt is None else system_prompt
     self.stop_ids = tuple(getattr(tokenizer, "stop_ids", (tokenizer.eos_id,)))
     self._head = [{"role": "system", "content": self.system_prompt}]

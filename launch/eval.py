@@ -50,10 +50,31 @@ _TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Policy: temperature when 
 _PROTOCOL = flags.DEFINE_enum(
   "protocol", "tool_call", ["tool_call", "markdown_bash"], "Policy: the agent protocol."
 )
+_SYSTEM_PROMPT = flags.DEFINE_string(
+  "system_prompt",
+  None,
+  "Policy: system prompt (default: the protocol's; markdown_bash_v2: few-shot).",
+)
 _EXPORT = flags.DEFINE_bool("export_failures", True, "Export failed episodes to OUT/flywheel.")
+_PROCEDURAL = flags.DEFINE_string(
+  "procedural", None, "Procedural families to add (comma-separated, or 'all'): held-out seeds."
+)
+_PROCEDURAL_TASKS = flags.DEFINE_integer("procedural_tasks", 4, "Tasks per procedural family.")
 _TRAIN_TASKS = flags.DEFINE_string(
   "train_tasks", None, "Training pool for the decontamination report."
 )
+
+
+def _procedural(spec: str, n: int) -> list:
+  """n held-out tasks of each family: the seeds a training run holds out (EnvConfig.eval_seed)."""
+  from envs import procedural
+  from rl.config import EnvConfig
+
+  fams = list(procedural.FAMILIES) if spec == "all" else [f.strip() for f in spec.split(",")]
+  try:
+    return [procedural.generate(f, EnvConfig().eval_seed + i) for f in fams for i in range(n)]
+  except KeyError as e:
+    raise app.UsageError(f"--procedural: {e.args[0]}") from None
 
 
 def _select():
@@ -64,7 +85,7 @@ def _select():
   from envs import loading
 
   try:
-    tasks, errors = loading.resolve(_TASKS.value, _FILTER.value)
+    tasks, errors = loading.resolve(_TASKS.value or "", _FILTER.value)
   except FileNotFoundError as e:
     raise app.UsageError(str(e)) from None
   if _FILTER.value:  # a task.toml may name an id other than its folder's
@@ -77,6 +98,8 @@ def _select():
     ]
   if _SAMPLE.value > 0:
     tasks = ev.sample_tasks(tasks, _SAMPLE.value, _SEED.value)
+  if _PROCEDURAL.value:
+    tasks += _procedural(_PROCEDURAL.value, _PROCEDURAL_TASKS.value)
   if not tasks and not errors:
     raise app.UsageError(f"--tasks={_TASKS.value!r} --filter={_FILTER.value!r}: no task")
   for e in errors:
@@ -104,15 +127,15 @@ def _agent():
     protocol=_PROTOCOL.value,
   )
   return replica.policy_from_checkpoint(
-    _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value
+    _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value, _SYSTEM_PROMPT.value
   )
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not _TASKS.value or not _OUT.value:
-    raise app.UsageError("--tasks and --out are required")
+  if not (_TASKS.value or _PROCEDURAL.value) or not _OUT.value:
+    raise app.UsageError("--tasks (or --procedural) and --out are required")
   from envs import eval as ev
   from envs import flywheel, report
   from envs.verifier import VerifierConfig
@@ -155,6 +178,9 @@ def main(argv):
     "agent": _AGENT.value,
     "checkpoint": _CHECKPOINT.value,
     "script": _SCRIPT.value,
+    "protocol": _PROTOCOL.value,
+    "system_prompt": _SYSTEM_PROMPT.value,
+    "procedural": _PROCEDURAL.value,
     "trials": cfg.trials,
     "concurrency": cfg.concurrency,
     "backend": cfg.backend,

@@ -8,6 +8,7 @@ import concurrent.futures
 import numpy as np
 
 from rl.runtime.records import episode_seed
+from rl.runtime.task_sources import family
 
 
 def evaluate(run_episode, tasks, *, workers: int = 8, prefix: str = "eval", seed: int = 0) -> dict:
@@ -36,5 +37,10 @@ def evaluate(run_episode, tasks, *, workers: int = 8, prefix: str = "eval", seed
       by[getattr(t, attr)].append(o.passed)
     for k, v in by.items():
       out[f"{prefix}/pass_rate/{attr}/{k}"] = float(np.mean(v))
+  fams = collections.defaultdict(list)
+  for t, o in ok:
+    fams[family(t.id)].append(o.passed)
+  if len(fams) > 1:  # a mixed pool (task_sources.MixedTasks): per procedural family / suite
+    out.update({f"{prefix}/family/{k}": float(np.mean(v)) for k, v in fams.items()})
   out[f"{prefix}/generated_tokens"] = float(np.mean([o.episode.generated_tokens for _, o in ok]))
   return out

@@ -159,14 +159,16 @@ def tokenizer_corpus(tasks, n: int, system_prompt: str) -> list[str]:
 
 
 def policy_from_checkpoint(
-  checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1
-):
+  checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1,
+  system_prompt: str | None = None,
+):  # fmt: skip
   """A PolicyAgent over a checkpoint, and a function that shuts it down.
 
   checkpoint: an HF folder, a training run's workdir (its latest checkpoint) or one of its
   orbax step directories (rl.runtime.export.resolve_checkpoint).
   tokenizer: `auto` (the checkpoint's tokenizer.json; the byte tokenizer if it has none),
   `byte` (models.tokenizer.ByteTokenizer) or a folder holding tokenizer.json.
+  system_prompt: None for the protocol's own (markdown_bash_v<N> picks a version's file).
   """
   from envs.eval import PolicyAgent
   from models import hf
@@ -190,4 +192,4 @@ def policy_from_checkpoint(
   max_len = min(model_cfg.max_seq_len, agent_cfg.max_context_tokens)
   agent_cfg = dataclasses.replace(agent_cfg, max_context_tokens=max_len)
   gen = generator(model_cfg, params, tok, EngineConfig(slots=concurrency, max_seq_len=max_len))
-  return PolicyAgent(gen, tok, agent_cfg), gen.close
+  return PolicyAgent(gen, tok, agent_cfg, system_prompt), gen.close

@@ -34,7 +34,7 @@ from rl.runtime.checkpoint import Checkpointer
 from rl.runtime.evaluation import evaluate
 from rl.runtime.replica import Replica, load_tokenizer, tokenizer_corpus
 from rl.runtime.rollout import RolloutManager
-from rl.runtime.task_sources import make_task_source
+from rl.runtime.task_sources import make_task_source, parse_mixed
 from rl.runtime.telemetry import Telemetry
 from rl.runtime.trainer import Trainer
 from rl.runtime.trajectory_store import TrajectoryStore
@@ -77,13 +77,19 @@ def preflight(exp: Experiment) -> None:
       raise ValueError(
         f"env.tasks: unknown procedural family {family!r} (known: {', '.join(procedural.FAMILIES)})"
       )
+  elif env.tasks.startswith("mixed:"):
+    parse_mixed(env.tasks)
   elif not pathlib.Path(env.tasks).is_dir():
     raise ValueError(f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>')")
-  if exp.checkpoint and not (pathlib.Path(exp.checkpoint) / "config.json").is_file():
+  from models import checkpoints  # a named checkpoint (smollm2-135m-instruct): its folder
+
+  if exp.checkpoint and not (checkpoints.resolve(exp.checkpoint) / "config.json").is_file():
     raise ValueError(f"checkpoint: {exp.checkpoint}: not an HF folder (no config.json)")
   tok = exp.tokenizer
   if not (
-    tok == "byte" or tok.startswith("bpe:") or (pathlib.Path(tok) / "tokenizer.json").is_file()
+    tok == "byte"
+    or tok.startswith("bpe:")
+    or (checkpoints.resolve(tok) / "tokenizer.json").is_file()
   ):
     raise ValueError(
       f"tokenizer: {tok!r} is not 'byte', 'bpe:<vocab size>' or a folder with tokenizer.json"

@@ -142,8 +142,106 @@ class PoolTasks(_Audited):
     self.auditor.load_state_dict(d["auditor"])
 
 
+def family(task_id: str) -> str:
+  """The procedural family of a task id (`procedural/echo_word-3` -> echo_word), else its suite."""
+  head, _, name = task_id.partition("/")
+  return name.rsplit("-", 1)[0] if head == "procedural" else head
+
+
+def content_key(task) -> tuple:
+  """What makes two tasks the same exercise: instruction and starting files (sort_unique's
+  instruction is one sentence for every seed; its words.txt differs)."""
+  return (task.instruction, tuple((f.path, f.data) for f in task.workspace_files))
+
+
+def parse_mixed(spec: str) -> tuple[list[str], list[tuple[str, int]]]:
+  """`mixed:fam,fam,...+suite<=D+...` -> (families, [(suite, max difficulty)])."""
+  from envs import procedural
+
+  parts = spec.split(":", 1)[1].split("+")
+  fams = [f.strip() for f in parts[0].split(",") if f.strip()]
+  for f in fams:
+    if f not in procedural.FAMILIES:
+      raise ValueError(f"env.tasks={spec!r}: unknown procedural family {f!r}")
+  suites = []
+  for p in parts[1:]:
+    name, sep, d = p.partition("<=")
+    if not sep or not d.strip().isdigit():
+      raise ValueError(f"env.tasks={spec!r}: {p!r} is not <suite><=<max difficulty>")
+    suites.append((name.strip(), int(d)))
+  if not fams:
+    raise ValueError(f"env.tasks={spec!r}: no procedural family")
+  return fams, suites
+
+
+class MixedTasks(PoolTasks):
+  """Procedural families plus the easy tasks of built-in suites, through one TaskPool.
+
+  The pool holds `per_family` fixed tasks of each family (training seeds) and every task of
+  the named suites up to a difficulty; the TaskPool mixes domains, prefers tasks whose pass
+  rate is inside its band and weights its difficulty strata (envs.task_pool). Held out:
+  `n_eval` tasks of each family at the eval seeds; a training task with the same content as one
+  is regenerated (content_key), and suite tasks are decontaminated against the held-out set
+  by n-gram overlap (envs.task_pool.decontaminate). `observe_batch` adds per-family pass rates.
+  """
+
+  def __init__(self, spec, seed, workdir, *, eval_seed, n_eval, per_family=64, on_event=None):
+    from envs import procedural
+    from envs.loading import resolve
+    from envs.task_pool import decontaminate
+
+    fams, suites = parse_mixed(spec)
+    evals = [procedural.generate(f, eval_seed + i) for f in fams for i in range(n_eval)]
+    held = {content_key(t) for t in evals}
+    train = []
+    for fi, f in enumerate(fams):
+      seen = set(held)
+      for i in range(per_family):
+        for attempt in range(100):
+          t = procedural.generate(f, _seed(seed, 3, fi, i, attempt) % 2**31)
+          if content_key(t) not in seen:
+            break
+        else:
+          raise RuntimeError(f"procedural family {f}: no task outside the eval set")
+        seen.add(content_key(t))
+        train.append(t)
+    extra = []
+    for name, max_d in suites:
+      tasks, errors = resolve(name)
+      if errors:
+        raise ValueError(f"env.tasks: suite {name!r}: {errors[0].task_id}: {errors[0].reason}")
+      extra += [t for t in tasks if t.difficulty <= max_d]
+    self.decontamination = decontaminate(extra, evals)
+    dropped = set(self.decontamination["excluded"])
+    super().__init__(train + [t for t in extra if t.id not in dropped], seed, workdir, (), on_event)
+    self.families, self.eval_tasks = fams + [n for n, _ in suites], evals
+
+  def observe_batch(self, groups: list[Group]) -> dict:
+    out = super().observe_batch(groups)
+    by: dict[str, list[bool]] = {}
+    for g in groups:
+      for r in g.rows:
+        by.setdefault(family(r["task_id"]), []).append(bool(r["passed"]))
+    out.update({f"family/{k}": float(np.mean(v)) for k, v in sorted(by.items())})
+    return out
+
+
 def make_task_source(env, seed: int, workdir, on_event=None):
-  """(training task source, held-out eval tasks) for `env.tasks` (an experiment.EnvConfig)."""
+  """(training task source, held-out eval tasks) for `env.tasks` (an experiment.EnvConfig).
+
+  `mixed:fam,...+suite<=D`: MixedTasks, env.eval_tasks held out per family.
+  """
+  if env.tasks.startswith("mixed:"):
+    src = MixedTasks(
+      env.tasks,
+      seed,
+      workdir,
+      eval_seed=env.eval_seed,
+      n_eval=env.eval_tasks,
+      per_family=env.train_pool_size or 64,
+      on_event=on_event,
+    )
+    return src, src.eval_tasks
   if env.tasks.startswith("procedural:"):
     from envs import procedural
 

@@ -101,6 +101,21 @@ class Telemetry:
     if self._tb is not None:
       self._tb.add_histogram(name, values, step)
 
+  def episodes(self, step: int, groups, n: int = 3) -> str:
+    """A table of `n` episodes of the batch (seeded by step): instruction, actions, reward.
+
+    Printed to the console and written as TensorBoard text (`episodes`); returns the table."""
+    rows = [r for g in sorted(groups, key=lambda g: g.group_id) for r in g.rows]
+    if not rows:
+      return ""
+    rng = np.random.default_rng(step)
+    pick = sorted(rng.choice(len(rows), size=min(n, len(rows)), replace=False))
+    table = episode_table(step, [rows[i] for i in pick])
+    if self._tb is not None:
+      self._tb.add_text("episodes", table, step)
+    self.write(table)
+    return table
+
   def event(self, kind: str, **fields) -> None:
     rec = {"time": time.time(), "kind": kind, **{k: _clean(v) for k, v in fields.items()}}
     self._events.write(json.dumps(rec, default=str) + "\n")
@@ -120,6 +135,27 @@ class Telemetry:
     self._metrics.close()
     self._events.close()
     return plot_curves(self.dir) if plot else []
+
+
+def _cell(text: str, limit: int) -> str:
+  text = " ".join(str(text).split()).replace("|", "\\|")
+  return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def episode_table(step: int, rows: list[dict], width: int = 60) -> str:
+  """Markdown table of trajectory rows (rl.runtime.records): task, instruction, actions, reward."""
+  lines = [
+    f"step {step}: sampled episodes",
+    "| task | instruction | actions | turns | reward |",
+    "|---|---|---|---|---|",
+  ]
+  for r in rows:
+    acts = " ; ".join(r.get("commands") or ()) or f"(none: {r.get('finish_reason', '')})"
+    lines.append(
+      f"| {_cell(r['task_id'], 32)} | {_cell(r.get('instruction', ''), width)} "
+      f"| {_cell(acts, width)} | {r.get('num_turns', 0)} | {float(r['reward']):.2f} |"
+    )
+  return "\n".join(lines)
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict]:
@@ -196,4 +232,46 @@ def plot_curves(workdir: str | os.PathLike, groups: list[str] | None = None) -> 
     fig.savefig(path, dpi=90)
     plt.close(fig)
     written.append(path)
+  if groups is None:
+    written += plot_watch(records, out_dir)
   return written
+
+
+# What a researcher watches during a run, one panel each (prefix "family/": every family).
+WATCH = (
+  ("pass rate", ("pass_rate/overall", "eval/pass_rate/overall")),
+  ("per family (training batches)", ("family/",)),
+  ("per family (held-out eval)", ("eval/family/",)),
+  ("response tokens", ("episode/generated_tokens",)),
+  ("turns", ("episode/turns",)),
+  ("mismatch KL", ("train/mismatch_kl",)),
+  ("entropy", ("train/entropy",)),
+)
+
+
+def plot_watch(records: list[dict], out_dir: pathlib.Path) -> list[pathlib.Path]:
+  """plots/watch.png: the WATCH panels that have data."""
+  import matplotlib.pyplot as plt
+
+  keys = sorted({k for r in records for k in r})
+  panels = []
+  for title, names in WATCH:
+    ks = [k for k in keys if any(k == n or (n.endswith("/") and k.startswith(n)) for n in names)]
+    if ks:
+      panels.append((title, ks))
+  if not panels:
+    return []
+  fig, axes = plt.subplots(len(panels), 1, figsize=(6, 2.6 * len(panels)), squeeze=False)
+  for ax, (title, ks) in zip(axes[:, 0], panels, strict=True):
+    for k in ks:
+      st, v = series(records, k)
+      ax.plot(st, v, label=k, marker="." if len(st) < 30 else None)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="best")
+  axes[-1, 0].set_xlabel("step")
+  fig.tight_layout()
+  path = out_dir / "watch.png"
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+  return [path]

@@ -250,6 +250,7 @@ class Trainer:
     )
     self.rollouts.controller.update(len(self.buffer))
     out = self._metrics(groups, metrics, n_seqs, batch, last_end, (t0, t1, t2, t3))
+    self.tel.episodes(self.step, groups)  # three sampled episodes: console + TensorBoard text
     gs = self.generator.stats()
     out.update(
       extra,

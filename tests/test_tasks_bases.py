@@ -46,3 +46,11 @@ def test_golang_path_keeps_later_env_expansion():
 def test_non_debian_language_images_still_fail(base):
   with pytest.raises(dockerfile.DockerfileError, match="not Debian"):
     dockerfile.translate(f"FROM {base}\n")
+
+
+def test_pip_option_values_are_not_packages():
+  plan = dockerfile.translate(
+    "FROM python:3.12-slim\nRUN pip install --no-cache-dir --retries 3 --timeout 60 "
+    "--progress-bar off pytest==8.4.1 pytest-json-ctrf==0.3.5\n"
+  )
+  assert plan.pip_packages == ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")

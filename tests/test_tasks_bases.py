@@ -54,3 +54,14 @@ def test_pip_option_values_are_not_packages():
     "--progress-bar off pytest==8.4.1 pytest-json-ctrf==0.3.5\n"
   )
   assert plan.pip_packages == ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")
+
+
+def test_placing_the_dropped_uv_binary_is_dropped_too():
+  plan = dockerfile.translate(
+    "FROM gcc:13.3.0-bookworm\nRUN curl -LsSf https://astral.sh/uv/0.5.11/install.sh | sh\n"
+    "RUN cp /root/.local/bin/uv /root/.local/bin/uvx /usr/local/bin/ && echo kept\n"
+    "RUN cp /opt/uvicorn.conf /etc/\n"
+  )
+  assert "bash -ec ': &&  echo kept'" in plan.setup_script
+  assert "/opt/uvicorn.conf" in plan.setup_script  # only the uv binary itself
+  assert any("uv binary dropped" in w for w in plan.warnings)

@@ -40,3 +40,10 @@ def test_harbor_solution_is_staged_at_slash_solution(tmp_path):
   assert "/solution/solve.sh" in oracle["trajectory"][0]["action"]
   (null,) = ev.evaluate([task], ev.make_agent("null"), ev.EvalConfig())
   assert not null["passed"] and null["grade_failure_mode"] == "none"
+
+
+def test_allow_internet_is_recorded_not_granted(tmp_path):
+  files = dict(HARBOR)
+  files["task.toml"] += "[environment]\nallow_internet = true\n"
+  task = load_any(_write(tmp_path / "s" / "net-task", files))
+  assert task.network is False and dict(task.metadata)["allow_internet"] is True

@@ -65,3 +65,14 @@ def test_placing_the_dropped_uv_binary_is_dropped_too():
   assert "bash -ec ': &&  echo kept'" in plan.setup_script
   assert "/opt/uvicorn.conf" in plan.setup_script  # only the uv binary itself
   assert any("uv binary dropped" in w for w in plan.warnings)
+
+
+def test_test_script_install_line_with_redirections_and_semicolons():
+  from envs import test_script
+
+  s = test_script.parse(
+    "#!/bin/bash\napt-get update >/dev/null 2>&1; apt-get install -y curl >/dev/null 2>&1\n"
+    "apt-get install -y jq >/dev/null 2>&1\nuvx --with pytest==8.4.1 pytest /tests -rA\n",
+    "test.sh",
+  )
+  assert s.apt_packages == ("jq",) and s.runs_pytest

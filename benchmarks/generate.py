@@ -11,10 +11,11 @@ it reports (medians of --repeats runs, all in one process):
   --speculative  batch-1 greedy speedup of speculative decoding over the plain engine, agreement
   --tiers        int8 weights, int8 KV cache, KV eviction: step time and logprob drift
   --peers        the same requests through Tunix 0.1.7's Sampler (its own venv, see
-                 benchmarks/peers/) and transformers' generate, run right after ours in this
-                 invocation; prints engine / peer tokens/s per concurrency
+                 benchmarks/peers/) and transformers' generate, each in a child process kept
+                 running beside ours: every repeat times ours, then each peer's run, so the
+                 ratio engine / peer tokens/s (median over repeats) compares runs seconds apart
 Run: python benchmarks/generate.py [--repeats=3] [--concurrency=1,8,32] [--speculative] [--tiers]
-     [--peers=tunix,transformers]
+     [--peers=tunix,transformers] [--decode_chunk=N]
 """
 
 from __future__ import annotations
@@ -133,12 +134,12 @@ def wall_cpu(fn):
   return time.perf_counter() - t0, time.process_time() - c0
 
 
-def bench_concurrency(cfg, params, c, repeats, naive_tokens):
+def bench_concurrency(cfg, params, c, repeats, naive_tokens, peer_procs=None, gen_kw=None):
   rng = np.random.default_rng(c)
   prompts = rng.integers(0, cfg.vocab_size, size=(c, PROMPT)).astype(np.int32)
   eng = Engine(cfg, params, max_concurrent_decodes=c, page_size=16, max_seq_len=PROMPT + NEW)
   reqs = [GenerationRequest([int(t) for t in p], NEW, SamplingParams(greedy=True)) for p in prompts]
-  gen = Generator(eng)
+  gen = Generator(eng, **(gen_kw or {}))
   state = eng.init_decode_state()  # a second state for the step-alone and prefill timings
   table = np.arange(1, c * eng.pages_per_slot + 1).reshape(c, -1)
   state = eng.set_page_table(state, table)
@@ -166,11 +167,13 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
   results, _, _, static_out = gen.generate(reqs), steps_alone(), prefills(), static()  # compile
   # Interleaved repeats: the shared machine's load drifts, so each ratio compares runs made
   # seconds apart and the medians of per-repeat figures are reported.
-  rows, cpu_ratios = [], []
+  rows, cpu_ratios, peer_runs = [], [], {name: [] for name in peer_procs or {}}
   for _ in range(repeats):
     steps0 = gen.stats()["decode_steps"]
     t_engine, cpu_engine = wall_cpu(lambda: gen.generate(reqs))
     steps = gen.stats()["decode_steps"] - steps0
+    for name, peer in (peer_procs or {}).items():  # right after ours: the same machine load
+      peer_runs[name].append((t_engine, cpu_engine, peer.run(c)))
     t_prefill = timed(prefills, 1)[0]
     t_step = timed(steps_alone, 1)[0] / (NEW - 1)
     t_static, cpu_static = wall_cpu(static)
@@ -190,6 +193,15 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
     r.tokens[:naive_tokens] == list(map(int, s)) for r, s in zip(results, naive_out, strict=True)
   )
   tok = c * NEW
+  vs_peers = {
+    f"engine_vs_{name}": dict(
+      ratio=statistics.median(r["wall_s"] / e for e, _, r in runs),
+      ratio_cpu=statistics.median(r["cpu_s"] / ce for _, ce, r in runs),
+      peer_tok_s=statistics.median(r["tok_s"] for *_, r in runs),
+      peer_load_avg_1min=runs[-1][2]["load_average"][0],
+    )
+    for name, runs in peer_runs.items()
+  }
   return dict(
     concurrency=c,
     engine_tok_s=tok / t_engine,
@@ -206,6 +218,7 @@ def bench_concurrency(cfg, params, c, repeats, naive_tokens):
     same_tokens_as_static=same_static,
     same_tokens_as_naive=same_naive,
     load_avg_1min=os.getloadavg()[0],
+    **vs_peers,
   )
 
 
@@ -364,34 +377,27 @@ def bench_tiers(cfg, params, repeats, c=8, long_new=448):
   return rows
 
 
-def compare_peers(cfg, args, rows):
-  """Peers on the same shapes and requests, right after our rows: engine / peer tokens/s."""
+def rounded(row, nd=3):
+  """Floats to nd places, in nested dicts too (for printing)."""
+  if isinstance(row, dict):
+    return {k: rounded(v, nd) for k, v in row.items()}
+  return round(row, nd) if isinstance(row, float) else row
+
+
+def start_peers(cfg, args) -> dict:
+  """The --peers, each in its child process, compiled for every concurrency (see peers.Peer)."""
   import peers  # benchmarks/peers (this script's folder is on sys.path)
 
-  conc = ",".join(str(r["concurrency"]) for r in rows)
-  reps = args.peer_repeats or args.repeats
-  ours = {r["concurrency"]: r for r in rows}
-  out = []
+  kw = dict(concurrency=args.concurrency, prompt=PROMPT, new=NEW)
+  start = {
+    "tunix": lambda: peers.tunix("sampler", cfg, **kw),
+    "transformers": lambda: peers.hf_generate(cfg, **kw),
+  }
+  out = {}
   for name in [p for p in args.peers.split(",") if p]:
-    if name == "tunix":
-      got = peers.tunix("sampler", cfg, concurrency=conc, repeats=reps, prompt=PROMPT, new=NEW)
-    elif name == "transformers":
-      got = peers.hf_generate(cfg, concurrency=conc, repeats=reps, prompt=PROMPT, new=NEW)
-    else:
+    if name not in start:
       raise SystemExit(f"generate.py: --peers: unknown peer {name!r} (tunix, transformers)")
-    for g in got:
-      mine = ours[g["concurrency"]]
-      out.append(
-        dict(
-          peer=name,
-          concurrency=g["concurrency"],
-          engine_tok_s=mine["engine_tok_s"],
-          peer_tok_s=g["tok_s"],
-          engine_vs_peer=mine["engine_tok_s"] / g["tok_s"],
-          load_avg_1min_ours=mine["load_avg_1min"],
-          load_avg_1min_peer=g["load_average"][0],
-        )
-      )
+    out[name] = start[name]()
   return out
 
 
@@ -403,19 +409,18 @@ def main():
   ap.add_argument("--speculative", action="store_true")
   ap.add_argument("--tiers", action="store_true", help="int8 weights / int8 KV / KV eviction")
   ap.add_argument("--peers", default="", help="comma list of tunix, transformers")
-  ap.add_argument("--peer_repeats", type=int, default=0, help="default: --repeats")
+  ap.add_argument("--decode_chunk", type=int, default=0, help="Generator steps per dispatch")
   args = ap.parse_args()
   cfg, params = model()
   print(f"model: {config.num_params(cfg) / 1e6:.1f}M params, devices {jax.devices()}")
   print(f"load average (1, 5, 15 min) at start: {os.getloadavg()}")
-  rows = []
+  peer_procs = start_peers(cfg, args)
   for c in [int(c) for c in args.concurrency.split(",") if c]:
-    row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens)
-    rows.append(row)
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
-  if args.peers:
-    for row in compare_peers(cfg, args, rows):
-      print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+    kw = {"decode_chunk": args.decode_chunk} if args.decode_chunk else {}
+    row = bench_concurrency(cfg, params, c, args.repeats, args.naive_tokens, peer_procs, kw)
+    print(json.dumps(rounded(row)), flush=True)
+  for peer in peer_procs.values():
+    peer.close()
   if args.tiers:
     for row in bench_tiers(cfg, params, args.repeats):
       print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}))

@@ -11,9 +11,10 @@ at the loss tokens; they stay on the device); the update is the jitted, donated 
 at the loss tokens (`rl.layout`); the `plain` baseline (both off: LM head everywhere, no shared
 prompts) runs in the same invocation, its steps interleaved with ours. The step ends when the
 engine serves the new weights (`load_params`, timed as `sync_s`). Compilation is excluded (two
-warm-up steps each); medians of `--repeats` steps. `--peers=tunix` then runs Tunix 0.1.7's GRPO
-learner on an RLCluster on the same shapes and work (benchmarks/peers/tunix_grpo.py) and
-prints peer step / our step. Target: >= 1.75x Tunix's full step.
+warm-up steps each); medians of `--repeats` steps. `--peers=tunix` runs Tunix 0.1.7's GRPO
+learner on an RLCluster on the same shapes and work (benchmarks/peers/tunix_grpo.py) in a
+child process whose steps alternate with ours (one of its steps after each round of ours),
+and prints peer step / our step (median of per-round ratios). Target: >= 1.75x Tunix's.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def one_step(gen, state, step_fn, ref_fn, rng, seed):
   jax.block_until_ready(metrics["loss"])
   t3, c3 = time.perf_counter(), time.process_time()
   gen.load_params(state.params, seed)  # the weight sync: the next rollout runs the new policy
-  jax.block_until_ready(gen.engine.params)  # an async per-layer copy lands in the next rollout
+  # The engine's per-layer copy of the new weights is dispatched here and finishes inside the
+  # next rollout (timed there): every step's total_s holds exactly one whole weight sync.
+  jax.block_until_ready(gen.engine.params)
   t4 = time.perf_counter()
   return (
     state,
@@ -128,6 +131,11 @@ def main():
   ap.add_argument("--peers", default="", help="tunix: its GRPO learner, same shapes and work")
   args = ap.parse_args()
   cfg = mcfg.qwen3_20m()
+  tunix = None
+  if "tunix" in args.peers.split(","):
+    import peers  # benchmarks/peers (this script's folder is on sys.path)
+
+    tunix = peers.tunix("grpo", cfg, steps=args.repeats, prompts=P, G=G, prompt=PROMPT, new=NEW)
   kinds = {"ours": build(cfg, False)}
   if not args.no_plain:
     kinds["plain"] = build(cfg, True)
@@ -140,13 +148,22 @@ def main():
     # a second untimed step: the first weight sync of device-resident params compiles the
     # engine's per-layer copy, which otherwise lands in the first timed rollout
     kinds[k][1], _, _ = one_step(gen, kinds[k][1], step_fn, ref_fn, rng, 1)
-  for i in range(args.repeats):  # interleaved: load drifts hit both alike
+  if tunix is not None:
+    compile_s["tunix"] = tunix.run("step")["total_s"]  # its first step compiles
+    runs["tunix"] = []
+  for i in range(args.repeats):  # interleaved: load drifts hit every kind alike
     for k, (gen, state, step_fn, ref_fn) in kinds.items():
       kinds[k][1], layout[k], r = one_step(gen, state, step_fn, ref_fn, rng, i + 2)
       runs[k].append(r)
       print(json.dumps({"kind": k, **{n: round(v, 3) for n, v in r.items()}}), flush=True)
+    if tunix is not None:
+      r = {n: v for n, v in tunix.run("step").items() if n.endswith("_s")}
+      runs["tunix"].append(r)
+      print(json.dumps({"kind": "tunix", **{n: round(v, 3) for n, v in r.items()}}), flush=True)
   for gen, *_ in kinds.values():
     gen.close()
+  if tunix is not None:
+    tunix.close()
   med = {k: {n: statistics.median(r[n] for r in v) for n in v[0]} for k, v in runs.items()}
   out = {
     "benchmark": "grpo_step",
@@ -158,19 +175,19 @@ def main():
     "load_average": [round(x, 1) for x in os.getloadavg()],
     "first_step_with_compile_s": {k: round(v, 1) for k, v in compile_s.items()},
   }
-  for k in kinds:
+  for k in runs:
     out[k] = {
-      "layout": layout[k]._asdict(),
+      **({"layout": layout[k]._asdict()} if k in layout else {}),
       **{f"median_{n}": round(v, 3) for n, v in med[k].items()},
     }
-  if "plain" in med:
-    out["plain_over_ours"] = round(med["plain"]["total_s"] / med["ours"]["total_s"], 3)
-  if "tunix" in args.peers.split(","):
-    import peers  # benchmarks/peers (this script's folder is on sys.path)
-
-    (t,) = peers.tunix("grpo", cfg, steps=args.repeats, prompts=P, G=G, prompt=PROMPT, new=NEW)
-    out["tunix"] = {n: v for n, v in t.items() if n.startswith("median_") or n == "load_average"}
-    out["tunix_over_ours"] = round(t["median_total_s"] / med["ours"]["total_s"], 3)
+  ours = runs["ours"]
+  for k in ("plain", "tunix"):  # per-round ratios: each pair ran seconds apart
+    if k in runs:
+      ratio = statistics.median(
+        b["total_s"] / a["total_s"] for a, b in zip(ours, runs[k], strict=True)
+      )
+      out[f"{k}_over_ours"] = round(ratio, 3)
+  if tunix is not None:
     out["target_tunix_over_ours"] = 1.75
   print(json.dumps(out, indent=1))
 

@@ -155,20 +155,14 @@ def main(argv):
       print(
         f"  target {k} {'<=' if k.endswith('_ms') else '>='} {target:g}: {r[k]:.1f} {'met' if ok else 'MISSED'}"
       )
-  for m in FLAGS.modes:
-    if f"bwrap/{m}" in res and f"docker/{m}" in res:
-      d, w = res[f"docker/{m}"], res[f"bwrap/{m}"]
+  pairs = [(f"docker/{m}", f"bwrap/{m}") for m in FLAGS.modes]
+  pairs += [(f"{b}/container", f"{b}/readonly") for b in FLAGS.backends]
+  for a, b in pairs:  # same-run ratios a / b
+    if a in res and b in res:
+      x, y = res[a], res[b]
       print(
-        f"{m}: docker/bwrap latency p50 x{d['p50_ms'] / w['p50_ms']:.1f}, "
-        f"throughput c8 x{w['conc8_per_s'] / d['conc8_per_s']:.1f} for bwrap, "
-        f"snapshot+restore x{d['snap_ms'] / w['snap_ms']:.1f}"
-      )
-  for b in FLAGS.backends:
-    if f"{b}/container" in res and f"{b}/readonly" in res:
-      c, r = res[f"{b}/container"], res[f"{b}/readonly"]
-      print(
-        f"{b}: container/readonly latency p50 x{c['p50_ms'] / r['p50_ms']:.2f}, "
-        f"snapshot+restore x{c['snap_ms'] / r['snap_ms']:.2f}"
+        f"{a} / {b}: latency p50 x{x['p50_ms'] / y['p50_ms']:.2f}, throughput c8 "
+        f"x{x['conc8_per_s'] / y['conc8_per_s']:.2f}, snapshot+restore x{x['snap_ms'] / y['snap_ms']:.2f}"
       )
   if FLAGS.json:
     pathlib.Path(FLAGS.json).write_text(json.dumps({"load": load, "results": res}, indent=1))

@@ -185,6 +185,8 @@ class TaskSandbox:
   backend: str
   baseline: dict[str, str]  # workspace manifest right after setup
   pristine: str | None = None  # snapshot id right after setup
+  # protected system paths changed by setup (Sandbox.system_fingerprint); None: read-only root
+  system_baseline: dict[str, str] | None = None
 
   def reset(self) -> None:
     """Back to the state right after setup: no agent process, pristine workspace."""
@@ -223,8 +225,9 @@ def open_task_sandbox(
   try:
     run_setup(sb, task)
     baseline = workspace_manifest(sb, task.workdir)
+    system = sb.system_fingerprint()
     pristine = sb.snapshot() if snapshot else None
   except BaseException:
     sb.close()
     raise
-  return TaskSandbox(sb, task, backend, baseline, pristine)
+  return TaskSandbox(sb, task, backend, baseline, pristine, system)

@@ -37,7 +37,12 @@ print(json.dumps(out, sort_keys=True))
 """
 
 
+# Bytecode looked up (and never written) under /proc, where no sandbox process can create files.
+NO_PYCACHE = "pycache_prefix=/proc/.agentrl-no-pycache"
+
+
 def manifest_cmd(workdir: str, extra_roots: tuple[str, ...] | list[str] = ()) -> str:
   """The shell command that prints the manifest as one JSON line (system python, isolated)."""
   roots = " ".join(shlex.quote(r) for r in (workdir, *extra_roots))
-  return f"/usr/bin/python3 -I -c {shlex.quote(MANIFEST_PY)} {roots}"
+  # No bytecode read or written: a planted __pycache__/*.pyc of the stdlib must not run here.
+  return f"/usr/bin/python3 -I -B -X {NO_PYCACHE} -c {shlex.quote(MANIFEST_PY)} {roots}"

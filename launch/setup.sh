@@ -40,8 +40,12 @@ esac
 # Start the Docker daemon if we can and it is not running (the docker backend needs it).
 if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
   if [ "$(id -u)" = "0" ]; then
-    echo "[setup] starting dockerd"
-    (nohup dockerd >/tmp/agentrl-dockerd.log 2>&1 &)
+    # userns-remap: uid 0 in a container is an unprivileged host uid (dockerd creates the
+    # `dockremap` user and its /etc/subuid range); AGENTRL_DOCKER_USERNS=0 turns it off.
+    remap=(--userns-remap=default)
+    [ "${AGENTRL_DOCKER_USERNS:-1}" = "0" ] && remap=()
+    echo "[setup] starting dockerd ${remap[*]}"
+    (nohup dockerd "${remap[@]}" >/tmp/agentrl-dockerd.log 2>&1 &)
     for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   fi
 fi

@@ -130,7 +130,10 @@ class LoopConfig:
   mode: str = "sync"  # sync | async
   steps: int = 50
   batch_groups: int = 8  # B: groups (tasks) per update
-  max_staleness: int = 1  # eta, async only (sync is 0)
+  max_staleness: int = 1  # eta, async only (sync is 0): AReaL's admission bound
+  # Hard cap on a trained trajectory's staleness (current version - its oldest token's), >= eta;
+  # the trainer waits for a group rather than let it pass the cap. -1: 2 * max_staleness.
+  max_token_staleness: int = -1
   row_len: int = 512  # T of packed training rows (>= the engine's max_seq_len)
   max_segments: int = 4  # sequences packed per row
   eval_every: int = 10  # 0: no periodic eval (an eval still runs at the start and end)
@@ -156,10 +159,23 @@ class LoopConfig:
       )
     if self.updates_per_batch < 1:
       raise ValueError(f"LoopConfig.updates_per_batch must be >= 1, got {self.updates_per_batch}")
+    if 0 <= self.max_token_staleness < self.max_staleness:
+      raise ValueError(
+        f"LoopConfig.max_token_staleness {self.max_token_staleness} < max_staleness "
+        f"{self.max_staleness} (or -1 for 2 * max_staleness)"
+      )
 
   @property
   def staleness(self) -> int:
     return 0 if self.mode == "sync" else self.max_staleness
+
+  @property
+  def token_staleness(self) -> int:
+    """The hard cap the buffer enforces (rl.runtime.buffer)."""
+    if self.mode == "sync":
+      return 0
+    cap = self.max_token_staleness
+    return 2 * self.max_staleness if cap < 0 else cap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,6 +244,16 @@ class EngineConfig:
   slots: int = 32  # concurrent decodes
   max_seq_len: int = 512
   page_size: int = 16
+  # A weight swap under running requests (rl.runtime.weight_sync): "reprefill" lets running
+  # requests finish on the old weights and re-prefills a session's context under the new ones
+  # (every token's behaviour log-prob is its tagged version's); "keep": swap at once, keep K/V.
+  kv_on_swap: str = "reprefill"
+
+  def __post_init__(self):
+    if self.kv_on_swap not in ("reprefill", "keep"):
+      raise ValueError(
+        f"EngineConfig.kv_on_swap must be 'reprefill' or 'keep', got {self.kv_on_swap!r}"
+      )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,36 +9,28 @@
 bwrap always; the same checks on Docker where a daemon is reachable.
 """
 
-import shutil
 import time
 
 import pytest
 
+from envs.grader_command import grade_command
+from envs.grading import parse_junit
 from envs.hacks import HACKS_BY_NAME
+from envs.sandbox import testing
 from envs.scripted_agent import NullAgent, OracleAgent
 from envs.task import BUILTIN_DIR, FileEntry, load_task
 from envs.task_env import open_task_sandbox, put_files
-from envs.verifier import Verifier, VerifierConfig, parse_junit
+from envs.verifier import Verifier, VerifierConfig
 
+sandbox_image = testing.sandbox_image  # fixture
 PY_TASK = load_task(BUILTIN_DIR / "core" / "py-mean-off-by-one", "core")
 NAIVE = "/tmp/.agentrl-grader-naive"
 
 
-def _docker_ok() -> bool:
-  try:
-    import docker
-
-    docker.from_env().ping()
-    return True
-  except Exception:  # noqa: BLE001 - no daemon: the docker half is skipped
-    return False
-
-
-BACKENDS = ["bwrap"] + (["docker"] if shutil.which("docker") and _docker_ok() else [])
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def ts(request):
+@pytest.fixture(scope="module", params=testing.backend_params())
+def ts(request, sandbox_image):
+  if request.param == "docker":
+    testing.require_docker()  # skips without a daemon, fails under CI=true
   with open_task_sandbox(PY_TASK, request.param, snapshot=True) as box:
     yield box
 
@@ -103,6 +95,34 @@ def test_import_path_hacks_on_a_solved_task_still_pass(ts):
   assert res.passed and not any("shadows_stdlib" in f for f in res.flags), res.flags
 
 
+def test_system_toolchain_rewrite_is_caught_host_side(ts):
+  """uid 0 in container mode rewrites pytest, site packages, stdlib bytecode, `timeout` and
+  /etc/profile: it fools a grader that trusts the sandbox's tools, not the host-side check."""
+  hack = HACKS_BY_NAME["system_toolchain"]
+  _episode(ts, hack.agent(ts.task))
+  assert naive_exit_code(ts), "the rewritten pytest should pass the unsolved task"
+  for fail_on_tamper in (False, True):
+    _episode(ts, hack.agent(ts.task))
+    res = Verifier(VerifierConfig(fail_on_tamper=fail_on_tamper)).grade(ts)
+    assert not res.passed and res.reward == 0.0 and not res.masked, res.detail
+    assert any(f.startswith("tamper:system_modified:") for f in res.flags), res.flags
+  # An honest run as root that only writes bytecode caches and /usr/local/bin is not flagged.
+  _episode(ts, OracleAgent())
+  ts.sandbox.exec("python3 -c 'import _pytest.python' && echo x > /usr/local/bin/tool && "
+                  "python3 -c 'import py_compile, json; py_compile.compile(json.__file__)'")  # fmt: skip
+  res = Verifier().grade(ts)
+  assert res.passed and not res.flags, (res.flags, res.detail)
+
+
+def test_system_toolchain_hack_is_refused_in_readonly_mode(ts):
+  backend = "docker" if "Docker" in type(ts.sandbox).__name__ else "bwrap"
+  with open_task_sandbox(PY_TASK, backend, mode="readonly") as box:
+    HACKS_BY_NAME["system_toolchain"].agent(PY_TASK).run(box.sandbox, PY_TASK)
+    assert box.system_baseline is None and box.sandbox.system_fingerprint() is None
+    res = Verifier().grade(box)
+    assert not res.passed and res.suite_ran and not res.masked, res.detail
+
+
 def _wait_for(ts, cmd: str, deadline_s: float = 20.0) -> None:
   end = time.monotonic() + deadline_s
   while ts.sandbox.exec(cmd).exit_code != 0:
@@ -124,12 +144,11 @@ def test_renamed_daemon_is_killed_and_cannot_swap_tests(ts):
 def test_tests_changed_after_upload_are_caught_by_their_hash(ts):
   """Second layer: if any process outlived the cleanup, the sha256 check before the run holds."""
   ts.reset()
-  v = Verifier()
   gdir = f"{NAIVE}-hash"
   files = (FileEntry("tests/test_x.py", b"def test_x():\n  assert False\n"),)
   put_files(ts.sandbox, gdir, files)
   ts.sandbox.exec(f"printf 'def test_x():\\n  pass\\n' > {gdir}/tests/test_x.py")
-  cmd = v._command(ts.task, gdir, "n0nce", 30, files)
+  cmd = grade_command(ts.task, gdir, "n0nce", 30, files)
   assert "@@AGENTRL_TESTS_CHANGED@@n0nce" in ts.sandbox.exec(cmd, timeout_s=60).stdout
   put_files(ts.sandbox, gdir, files)  # unchanged: no mark
   assert "@@AGENTRL_TESTS_CHANGED@@" not in ts.sandbox.exec(cmd, timeout_s=60).stdout
@@ -144,6 +163,17 @@ def test_self_masking_is_the_agents_failure(ts, mode):
   backend = "docker" if "Docker" in type(ts.sandbox).__name__ else "bwrap"
   with open_task_sandbox(PY_TASK, backend, snapshot=True, mode="readonly") as box:
     _check_self_masking(box, root=False)
+
+
+@pytest.mark.parametrize("mode", ["readonly", "container"])
+def test_full_disk_is_the_agents_failure(ts, mode):
+  """Every writable place filled (Docker: tmpfs count as memory too): reward 0, never masked."""
+  backend = "docker" if "Docker" in type(ts.sandbox).__name__ else "bwrap"
+  with open_task_sandbox(PY_TASK, backend, mode=mode, disk_mb=32, memory_mb=256) as box:
+    HACKS_BY_NAME["fill_disk"].agent(PY_TASK).run(box.sandbox, PY_TASK)
+    assert "No space" in box.sandbox.exec("echo x > /tmp/y").stderr
+    res = Verifier().grade(box)
+    assert not res.masked and res.reward == 0.0 and not res.passed, res
 
 
 def _check_self_masking(ts, root):

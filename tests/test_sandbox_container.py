@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 import tarfile
 
 import pytest
 
 from envs import sandbox as sandbox_lib
+from envs.sandbox import docker_layer, testing
 from envs.sandbox import image as image_lib
-from envs.sandbox import testing
 from envs.sandbox.testing import make
 
 backend, mode, sandbox_image = testing.backend, testing.mode, testing.sandbox_image  # fixtures
@@ -63,6 +65,10 @@ def test_container_identity_is_unprivileged_outside(backend):
       pids = [p for p in testing.descendants(os.getpid()) if _uid_of(p) is not None]
       uids = {_uid_of(p) for p in pids} - {0, os.getuid()}
       assert uids and min(uids) >= 1 << 20, uids
+    elif docker_layer.userns_remapped(sb.api):  # launch/setup.sh starts dockerd so
+      assert 0 not in docker_layer.host_uids(sb.api, sb.id)
+    else:  # a daemon without userns-remap: uid 0 inside is the host's (README, Known gaps)
+      assert os.environ.get("CI", "").lower() != "true", "CI's dockerd must run userns-remap"
 
 
 def _uid_of(pid: int) -> int | None:
@@ -181,9 +187,71 @@ def test_host_disk_is_bounded(backend, mode, tmp_path):
       pass
     else:  # kept sparse: the host file is small
       assert os.path.getsize(snap) <= cap
-    if backend == "bwrap":  # real bytes stop at the sandbox's own cap, never on the host
-      r = sb.exec("head -c 64M /dev/zero > /tmp/fill", timeout_s=60)
-      assert r.exit_code != 0 and "No space left" in r.stderr, r
+    # Real bytes stop at the sandbox's own cap (bwrap: a tmpfs upper layer; Docker: a tmpfs
+    # over the container's layer folder, or the storage driver's quota), never on the host.
+    where = "/etc" if mode == "container" else "/tmp"
+    r = sb.exec(f"rm -f /tmp/sparse; head -c 64M /dev/zero > {where}/fill", timeout_s=60)
+    assert r.exit_code != 0 and "No space left" in r.stderr, r
+    r = sb.exec(f"fallocate -l 64M {where}/fall || dd if=/dev/zero of={where}/dd bs=1M count=64")
+    assert r.exit_code != 0 and "No space left" in r.stderr, r
+    if backend == "docker" and mode == "container":
+      upper = docker_layer.upper_dir(sb.api, sb.id)  # host side: the layer's own size
+      used = sum(f.stat().st_blocks * 512 for f in upper.rglob("*") if not f.is_symlink())
+      assert sb.disk_capped and used <= (16 << 20) + (1 << 20), used
+
+
+def test_strays_die_while_they_fork(backend, mode):
+  """A storm of short-lived forks (each leaves a sleeper behind) cannot outrun the cleanup:
+  bwrap freezes the cgroup, Docker pauses the container (its freezer) while it kills."""
+  with make(backend, mode=mode, pids=128) as sb:
+    storm = "setsid sh -c 'while :; do (sleep 4747 &); done' >/dev/null 2>&1 & echo started"
+    assert sb.exec(storm).stdout == "started\n"
+    assert sb.exec("until pgrep -c -f 'sleep 4747' >/dev/null; do :; done; echo up").stdout
+    sb.kill_strays()
+    assert not [p for p in _procs(sb) if "4747" in p]
+    assert sb.exec("echo ok").stdout == "ok\n" and sb.alive
+
+
+def test_docker_pids_stats_errors_are_sandbox_errors(sandbox_image):
+  testing.require_docker()
+  with make("docker") as sb:
+    assert sb.pids_stats()[0] >= 1
+    sb.exec("printf '#!/bin/sh\\necho not-a-number\\n' > /bin/cat")  # bad stats
+    with pytest.raises(sandbox_lib.SandboxError, match="unreadable pids cgroup"):
+      sb.pids_stats()
+    sb.exec("rm -f /bin/cat")  # missing stats
+    with pytest.raises(sandbox_lib.SandboxError, match="unreadable pids cgroup"):
+      sb.pids_stats()
+
+
+def test_docker_cases_fail_under_ci_without_a_daemon(tmp_path):
+  """The one rule for Docker cases (testing.require_docker): skip without a daemon, fail
+  instead under CI=true."""
+  (tmp_path / "test_needs_docker.py").write_text(
+    "from envs.sandbox import testing\n\ndef test_it():\n  testing.require_docker()\n"
+  )
+  root = pathlib.Path(__file__).resolve().parents[1]
+  env = {**os.environ, "PYTHONPATH": str(root), "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+  for ci, outcome in (("true", "1 failed"), ("", "1 skipped")):
+    p = subprocess.run(
+      [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rfs",
+        "-p",
+        "no:cacheprovider",
+        "test_needs_docker.py",
+      ],
+      cwd=tmp_path,
+      env={**env, "CI": ci},
+      capture_output=True,
+      text=True,
+      timeout=300,
+    )
+    assert outcome in p.stdout and "no reachable Docker daemon" in p.stdout, p.stdout[-2000:]
+    assert ("CI=true but" in p.stdout) == (ci == "true"), p.stdout[-2000:]
 
 
 _SYSCALLS = r"""

@@ -1,10 +1,11 @@
 r"""Tunix 0.1.7 on our toy shapes: its Sampler, its GRPO learner on an RLCluster, its update.
 
-Runs inside the venv that benchmarks/peers/setup_tunix.sh makes (never in ours); prints one
-JSON object per measurement on stdout, which benchmarks/generate.py and grpo_step.py read:
+Runs inside the venv that benchmarks/peers/setup_tunix.sh makes (never in ours), driven by
+benchmarks/generate.py and grpo_step.py through peers.Peer: each key it reads on stdin runs
+one measurement and prints a JSON row, so their runs and ours alternate (common.serve):
 
-  python benchmarks/peers/tunix_bench.py sampler --concurrency=1,8,32 --repeats=3 --shape=JSON
-  python benchmarks/peers/tunix_bench.py grpo --steps=3 --shape=JSON
+  echo 1 8 32 | python benchmarks/peers/tunix_bench.py sampler --concurrency=1,8,32 --shape=JSON
+  echo step step | python benchmarks/peers/tunix_bench.py grpo --steps=1 --shape=JSON
 
 --shape is our ModelConfig's fields (vocab_size, d_model, n_layers, n_heads, n_kv_heads,
 head_dim, d_ff, rope_theta, norm_eps, tie_embeddings), so both sides build one architecture
@@ -14,12 +15,7 @@ head_dim, d_ff, rope_theta, norm_eps, tie_embeddings), so both sides build one a
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import statistics
-import time
-
+import common
 import jax
 import numpy as np
 from flax import nnx
@@ -49,18 +45,8 @@ class IdTokenizer:
 
 
 def model_config(shape: dict) -> qwen3.ModelConfig:
-  return qwen3.ModelConfig(
-    num_layers=shape["n_layers"],
-    vocab_size=shape["vocab_size"],
-    embed_dim=shape["d_model"],
-    hidden_dim=shape["d_ff"],
-    num_heads=shape["n_heads"],
-    head_dim=shape["head_dim"],
-    num_kv_heads=shape["n_kv_heads"],
-    rope_theta=int(shape["rope_theta"]),
-    norm_eps=shape["norm_eps"],
-    use_tied_embedding=shape["tie_embeddings"],
-  )
+  fields = common.peer_fields(shape, "tunix")
+  return qwen3.ModelConfig(**fields | {"rope_theta": int(fields["rope_theta"])})
 
 
 def make_model(shape: dict, seed: int = 0):
@@ -68,8 +54,10 @@ def make_model(shape: dict, seed: int = 0):
 
 
 def prompts(shape, n, length, seed):
-  rng = np.random.default_rng(seed)
-  return [" ".join(map(str, rng.integers(1, shape["vocab_size"], length))) for _ in range(n)]
+  """The peers' prompt ids (common.prompt_ids) as the text IdTokenizer reads."""
+  return [
+    " ".join(map(str, row)) for row in common.prompt_ids(shape["vocab_size"], n, length, seed)
+  ]
 
 
 def bench_sampler(args, shape):
@@ -81,51 +69,30 @@ def bench_sampler(args, shape):
     head_dim=shape["head_dim"],
   )
   smp = sampler_lib.Sampler(model, IdTokenizer(), cache)
-  for c in [int(x) for x in args.concurrency.split(",") if x]:
+
+  def run(c):
     batch = prompts(shape, c, args.prompt, c)
-    run = lambda batch=batch: smp(  # noqa: E731
-      batch, max_generation_steps=args.new, max_prompt_length=args.prompt, temperature=0.0
-    )
-    out = run()  # compiles
-    times, cpus = [], []
-    for _ in range(args.repeats):
-      t, cpu = time.perf_counter(), time.process_time()
-      out = run()
-      jax.block_until_ready(out.tokens)
-      times.append(time.perf_counter() - t)
-      cpus.append(time.process_time() - cpu)
-    n_new = [len(t) for t in out.tokens]
-    print(
-      json.dumps(
-        {
-          "peer": "tunix",
-          "what": "sampler",
-          "concurrency": c,
-          "new_tokens_per_request": n_new,
-          "tok_s": c * args.new / statistics.median(times),
-          "median_s": statistics.median(times),
-          "median_cpu_s": statistics.median(cpus),
-          "load_average": os.getloadavg(),
-        }
-      ),
-      flush=True,
-    )
+    out, wall_s, cpu_s = common.timed_once(
+      lambda: smp(batch, max_generation_steps=args.new, max_prompt_length=args.prompt,
+                  temperature=0.0),
+      block=lambda o: jax.block_until_ready(o.tokens),
+    )  # fmt: skip
+    return common.throughput_row(
+      "tunix", "sampler", c, args.new, wall_s, cpu_s,
+      new_tokens_per_request=[len(t) for t in out.tokens],
+    )  # fmt: skip
+
+  common.serve({str(c): lambda c=c: run(c) for c in common.concurrencies(args.concurrency)})
 
 
 def main():
-  ap = argparse.ArgumentParser()
+  ap = common.arg_parser(description=__doc__)
   ap.add_argument("what", choices=["sampler", "grpo"])
-  ap.add_argument("--shape", required=True, help="our ModelConfig fields as JSON")
-  ap.add_argument("--concurrency", default="1,8,32")
-  ap.add_argument("--repeats", type=int, default=3)
-  ap.add_argument("--prompt", type=int, default=64)
-  ap.add_argument("--new", type=int, default=128)
   ap.add_argument("--prompts", type=int, default=8, help="GRPO prompts per step")
   ap.add_argument("--G", type=int, default=4)
-  ap.add_argument("--steps", type=int, default=3, help="timed GRPO steps after one warm-up")
+  ap.add_argument("--steps", type=int, default=3, help="GRPO steps after the warm-up one")
   ap.add_argument("--beta", type=float, default=0.04)
-  args = ap.parse_args()
-  shape = json.loads(args.shape)
+  args, shape = common.parse(ap)
   jax.config.update("jax_platforms", "cpu")
   if args.what == "sampler":
     bench_sampler(args, shape)

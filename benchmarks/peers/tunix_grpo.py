@@ -5,16 +5,16 @@ tokens (sampled, no early stop), a k3-style KL to a reference (beta 0.04), PPO c
 after a global-norm clip, fp32, one device. Wall time of each part comes from wrapping the
 cluster's own methods (generate, reference log-probs, update, weight sync); a step is the
 time from one step's rollout start to the next one's, so it includes the sync and the
-learner's own bookkeeping. The first step (compilation) is reported apart.
+learner's own bookkeeping. Interleaved with our steps (see common.serve): before each rollout
+it prints the previous step's row and waits for a key on stdin; the first row (ready) comes
+before the first step, whose row includes the compilation.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import statistics
 import time
 
+import common
 import jax
 import numpy as np
 import optax
@@ -23,17 +23,43 @@ from tunix.rl.grpo import grpo_learner
 from tunix.rl.rollout import base_rollout
 
 
-def _timed(obj, name, log):
-  fn = getattr(obj, name)
+class _Steps:
+  """Cuts the learner's run into steps at each rollout start (see the module docstring)."""
 
-  def wrapper(*a, **kw):
-    t = time.perf_counter()
-    out = fn(*a, **kw)
-    jax.block_until_ready(out)
-    log.append((name, t, time.perf_counter()))
-    return out
+  def __init__(self):
+    self.keys, self.log, self.start = common.stdin_keys(), [], None
 
-  setattr(obj, name, wrapper)
+  def wrap(self, obj, name):
+    fn = getattr(obj, name)
+
+    def wrapper(*a, **kw):
+      if name == "generate":
+        self.boundary()
+      t = time.perf_counter()
+      out = jax.block_until_ready(fn(*a, **kw))
+      self.log.append((name, time.perf_counter() - t))
+      return out
+
+    setattr(obj, name, wrapper)
+
+  def boundary(self, last: bool = False):
+    """Prints the finished step's row (or the ready row), then waits for the next key."""
+    if self.start is None:
+      common.emit(ready=True, keys=["step"])
+    else:
+      parts = {}
+      for name, s in self.log:
+        parts[name] = parts.get(name, 0.0) + s
+      common.emit(
+        peer="tunix", what="grpo_step", total_s=time.perf_counter() - self.start,
+        rollout_s=parts.get("generate", 0.0),
+        reference_s=parts.get("get_ref_per_token_logps", 0.0),
+        update_s=parts.get("update_actor", 0.0), sync_s=parts.get("sync_weights", 0.0),
+      )  # fmt: skip
+    if not last:
+      if next(self.keys, None) is None:
+        raise SystemExit(0)  # our side is done
+      self.log, self.start = [], time.perf_counter()
 
 
 def bench_grpo(args, shape, make_model, tokenizer_cls, prompts):
@@ -70,40 +96,12 @@ def bench_grpo(args, shape, make_model, tokenizer_cls, prompts):
 
   algo = grpo_learner.GRPOConfig(num_generations=args.G, num_iterations=1, beta=args.beta)
   learner = grpo_learner.GRPOLearner(rl_cluster=cluster, algo_config=algo, reward_fns=reward)
-  log = []
+  steps = _Steps()
   for name in ("generate", "get_ref_per_token_logps", "update_actor", "sync_weights"):
-    _timed(cluster, name, log)
+    steps.wrap(cluster, name)
   # an array, not a list: the learner repeats each leaf G times (a list makes strings leaves)
   data = [
     {"prompts": np.array(prompts(shape, args.prompts, args.prompt, 100 + i))} for i in range(40)
   ]
-  t0 = time.perf_counter()
   learner.train(data)
-  t_end = time.perf_counter()
-  starts = [t for name, t, _ in log if name == "generate"] + [t_end]
-  steps = []
-  for i in range(len(starts) - 1):
-    parts = {}
-    for name, a, b in log:
-      if starts[i] <= a < starts[i + 1]:
-        parts[name] = parts.get(name, 0.0) + (b - a)
-    steps.append({"total_s": starts[i + 1] - starts[i], **parts})
-  timed = steps[1:]
-  med = {k: statistics.median(s.get(k, 0.0) for s in timed) for k in timed[0]}
-  print(
-    json.dumps(
-      {
-        "peer": "tunix",
-        "what": "grpo_step",
-        "steps": steps,
-        "first_step_with_compile_s": starts[0] - t0 + steps[0]["total_s"],
-        "median_total_s": med["total_s"],
-        "median_rollout_s": med.get("generate", 0.0),
-        "median_reference_s": med.get("get_ref_per_token_logps", 0.0),
-        "median_update_s": med.get("update_actor", 0.0),
-        "median_sync_s": med.get("sync_weights", 0.0),
-        "load_average": os.getloadavg(),
-      }
-    ),
-    flush=True,
-  )
+  steps.boundary(last=True)

@@ -117,6 +117,11 @@ class Sandbox(abc.ABC):
     """(processes now, forks refused at the pids limit), if the backend can tell."""
     return None
 
+  def system_fingerprint(self) -> dict[str, str] | None:
+    """Digests of the protected system paths changed in the writable root, read host-side
+    (system_guard.py); None where the root is read-only (the agent cannot change them)."""
+    return None
+
   def __enter__(self):
     return self
 

@@ -12,7 +12,7 @@ layer) and keeps Docker's default capabilities minus the dangerous ones, within 
 in "readonly" mode the root is bound read-only and the workdir, /tmp and $HOME are tmpfs.
 Every exec runs under a seccomp filter with no-new-privileges (seccomp.py). File transfers
 enter only the mount and user namespaces (never the pid namespace), so no sandbox process can
-see, signal or ptrace them; snapshots of container mode are the upper layer, read host-side.
+see, signal or ptrace them; snapshots of container mode are the upper layer, read host-side (overlay.py).
 Without root, bubblewrap runs as the caller (read-only mode only). Nothing is left on the host
 after close(): the mounts live in the sandbox's mount namespace.
 """
@@ -22,13 +22,22 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import select
 import signal
 import subprocess
 import threading
 import time
 
-from envs.sandbox import bwrap_host, cgroups, common, fileops, layers, seccomp, userns
+from envs.sandbox import (
+  bwrap_host,
+  cgroups,
+  common,
+  fileops,
+  layers,
+  overlay,
+  seccomp,
+  system_guard,
+  userns,
+)
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 from envs.sandbox.bwrap_host import run_setup_script
@@ -96,39 +105,13 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
 
   # --- start-up ---------------------------------------------------------------------------
 
-  def _bwrap_args(self, root: str, info_fd: int, block_fd: int) -> list[str]:
-    s, mb = self.spec, 1 << 20
-    a = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
-    a += [] if s.network else ["--unshare-net"]
-    if self._root:  # our own namespace (uid 0..65535 mapped); bwrap's pid 1 runs as uid 0
-      a += ["--userns", str(self._userns), "--seccomp", str(self._seccomp_fd)]
-    else:  # any other uid (or --disable-userns) nests a second user namespace, and nsenter,
-      # unprivileged, could not reach the namespaces owned by the outer one: keep our own uid
-      a += ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
-    bind = "--bind" if s.mode == "container" else "--ro-bind"
-    a += ["--die-with-parent", "--new-session", "--as-pid-1", bind, root, "/"]
-    a += ["--proc", "/proc"] + (["--dev", "/dev"] if self._root else bwrap_host.plain_dev())
-    mounts = {"/dev/shm": (s.disk_mb * mb, "1777")}
-    if s.mode == "readonly":
-      mounts.update({self.home: (common.HOME_MB * mb, "0755"), "/tmp": (s.disk_mb * mb, "1777")})
-      mounts[s.workdir] = (s.disk_mb * mb, "0755")
-    for path, (size, perms) in sorted(mounts.items(), key=lambda m: m[0].count("/")):
-      a += ["--size", str(size), "--perms", perms, "--tmpfs", path]
-    a += ["--hostname", "sandbox", "--chdir", s.workdir, "--clearenv"]
-    a += ["--setenv", "PATH", common.PATH]
-    return a + ["--info-fd", str(info_fd), "--block-fd", str(block_fd)]
-
   def _mount_root(self, rootfs: pathlib.Path) -> str:
     """Host root: attaches the overlay at a private host folder until bwrap has taken it."""
     if not self._root:
       return str(rootfs)
     if self._upper is None:
       self._upper = userns.new_upper(self.spec.disk_mb << 20, self._range.base)
-    target = common.mount_dir() / self.name
-    target.mkdir(mode=0o700, exist_ok=True)
-    os.chown(target, self._range.base, self._range.base)
-    userns.attach_root(str(rootfs), self._userns, self._upper, str(target))
-    return str(target)
+    return overlay.mount_root(rootfs, self._userns, self._upper, self._range.base, self.name)
 
   def _start(self, rootfs: pathlib.Path) -> None:
     r_info, w_info = os.pipe()
@@ -142,12 +125,14 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       if self._root:
         self._seccomp_fd = os.open(seccomp.filter_path(), os.O_RDONLY)
         fds += [self._userns, self._seccomp_fd]
-      args = self._bwrap_args(root, w_info, r_blk)
+      extra = ["--userns", str(self._userns), "--seccomp", str(self._seccomp_fd)]
+      args = bwrap_host.bwrap_args(self.spec, root, self.home, extra if self._root else None)
+      args += ["--info-fd", str(w_info), "--block-fd", str(r_blk)]
     except BaseException:
       for fd in (r_info, w_info, r_blk, w_blk):
         os.close(fd)
       if target:
-        userns.detach(target)
+        overlay.release_root(target)
       raise
     life = self.spec.episode_timeout_s + common.LIFETIME_GRACE_S
     args += ["--", "/bin/sh", "-c", common.INIT_SCRIPT, *common.init_args(True, life)]
@@ -175,7 +160,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
         self._proc.kill()
         if hasattr(self, "pid1"):  # blocked before its PR_SET_PDEATHSIG: kill it ourselves
           bwrap_host.kill_quietly(self.pid1)
-        if select.select([self._proc.stderr], [], [], 5.0)[0]:
+        if bwrap_host.readable(self._proc.stderr, 5.0):
           err = os.read(self._proc.stderr.fileno(), 1 << 16)
       raise SandboxError(f"bwrap failed to start: {err.decode(errors='replace')} {e!r}") from e
     finally:
@@ -183,8 +168,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
         if fd >= 0:
           os.close(fd)
       if target:  # the sandbox holds its own copy of the mount now
-        userns.detach(target)
-        os.rmdir(target)
+        overlay.release_root(target)
       if self._proc is not None:  # pid 1 ignores SIGPIPE; nothing else writes there
         self._proc.stdout.close()
         self._proc.stderr.close()
@@ -200,22 +184,9 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     except OSError:
       pass
 
-  def _rlimits(self) -> list[tuple[str, int]]:
-    """Fallbacks for limits no cgroup enforces (RLIMIT_AS is per process, not per sandbox)."""
-    out = []
-    if "pids" not in self.limits_via:
-      extra = 3 if self._root else bwrap_host.count_procs(os.getuid())  # monitor, pid 1, its sleep
-      if self._root:  # every exec's processes count against the sandbox's own uid
-        extra = 0
-      out.append(("RLIMIT_NPROC", self.spec.pids + extra))
-    if "memory" not in self.limits_via:
-      out.append(("RLIMIT_AS", self.spec.memory_mb << 20))
-    return out
-
   def _prlimit_prefix(self) -> list[str]:
-    flags = {"RLIMIT_NPROC": "--nproc", "RLIMIT_AS": "--as"}
-    rl = self._rlimits()
-    return ["prlimit", *[f"{flags[r]}={v}:{v}" for r, v in rl], "--"] if rl else []
+    s = self.spec
+    return bwrap_host.prlimit_prefix(self.limits_via, s.pids, s.memory_mb << 20, self._root)
 
   # --- exec ---------------------------------------------------------------------------------
 
@@ -373,25 +344,13 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
   def _snapshot_to(self, f, cap: int) -> None:
     if self.spec.mode != "container" or not self._root:
       return super()._snapshot_to(f, cap)
-    argv = ["tar", "-C", f"/proc/self/fd/{self._upper}/u", "--xattrs", "--xattrs-include=*"]
-    argv += ["--sparse", "--numeric-owner", "-cf", "-", "."]
-    rc, err = common.run_capped(argv, f, cap, self._io_timeout(), pass_fds=(self._upper,))
-    if rc not in (0, 1):  # 1: a file changed while being read
-      raise SandboxError(f"snapshot failed (exit {rc}): {err[-2000:]}")
+    overlay.snapshot_upper(self._upper, f, cap, self._io_timeout())
 
   def _restore_from(self, path: str) -> None:
     if self.spec.mode != "container" or not self._root:
       return super()._restore_from(path)
-    upper = userns.new_upper(self.spec.disk_mb << 20, self._range.base)
-    try:
-      argv = ["tar", "-C", f"/proc/self/fd/{upper}/u", "--xattrs", "--xattrs-include=*"]
-      argv += ["--numeric-owner", "--same-owner", "-xpf", path]
-      p = subprocess.run(argv, capture_output=True, pass_fds=(upper,), timeout=self._io_timeout())
-      if p.returncode != 0:
-        raise SandboxError(f"restore failed: {p.stderr.decode(errors='replace')[-2000:]}")
-    except BaseException:
-      os.close(upper)
-      raise
+    size = self.spec.disk_mb << 20
+    upper = overlay.restore_upper(path, size, self._range.base, self._io_timeout())
     with self._lock:  # the whole sandbox restarts on the restored layer (namespaces anew)
       self._stop_pid1()
       os.close(self._upper)
@@ -408,11 +367,17 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     """pid 1 exited (its pidfd turned readable) or bwrap did."""
     if self._proc.poll() is not None:
       return True
-    return bool(select.select([self._pidfd], [], [], 0)[0]) if hasattr(self, "_pidfd") else False
+    return bwrap_host.readable(self._pidfd, 0) if hasattr(self, "_pidfd") else False
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(tasks now, forks refused at the pids limit) when a pids cgroup enforces the limit."""
     return self._cg.pids_stats() if self._cg is not None else None
+
+  def system_fingerprint(self) -> dict[str, str] | None:
+    if self.spec.mode != "container" or not self._root:
+      return None  # read-only root (readonly mode; container mode needs host root)
+    self._check_open()
+    return system_guard.fingerprint(f"/proc/self/fd/{self._upper}/u")
 
   def kill_strays(self) -> None:
     self._check_open()
@@ -432,7 +397,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       self._proc.kill()
     if hasattr(self, "pid1"):  # pid 1 gone <=> every process of its pid namespace gone
       bwrap_host.kill_quietly(self.pid1)
-      select.select([self._pidfd], [], [], 30)
+      bwrap_host.readable(self._pidfd, 30)
       os.close(self._pidfd)
       del self.pid1
     if self._proc is not None:

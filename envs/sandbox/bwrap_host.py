@@ -1,5 +1,6 @@
-"""Host-side helpers of the bubblewrap backend: a long-lived spawner thread,
-process killing, /dev without devpts, and the setup-script runner for image layers."""
+"""Host-side helpers of the bubblewrap backend: bwrap's arguments, rlimit fallbacks, a
+long-lived spawner thread, process killing, /dev without devpts, and the setup-script runner
+for image layers."""
 
 from __future__ import annotations
 
@@ -13,7 +14,43 @@ import threading
 import time
 
 from envs.sandbox import cgroups, common
-from envs.sandbox.base import SandboxError
+from envs.sandbox.base import SandboxError, SandboxSpec
+
+
+def bwrap_args(s: SandboxSpec, root: str, home: str, userns: list[str] | None) -> list[str]:
+  """bwrap's options for a sandbox of `s` on `root`; `userns`: our own namespace's options
+  (host root), None: bwrap makes an unprivileged one."""
+  mb = 1 << 20
+  a = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+  a += [] if s.network else ["--unshare-net"]
+  if userns is not None:  # our own namespace (uid 0..65535 mapped); bwrap's pid 1 runs as uid 0
+    a += userns
+  else:  # any other uid (or --disable-userns) nests a second user namespace, and nsenter,
+    # unprivileged, could not reach the namespaces owned by the outer one: keep our own uid
+    a += ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
+  bind = "--bind" if s.mode == "container" else "--ro-bind"
+  a += ["--die-with-parent", "--new-session", "--as-pid-1", bind, root, "/"]
+  a += ["--proc", "/proc"] + (["--dev", "/dev"] if userns is not None else plain_dev())
+  mounts = {"/dev/shm": (s.disk_mb * mb, "1777")}
+  if s.mode == "readonly":
+    mounts.update({home: (common.HOME_MB * mb, "0755"), "/tmp": (s.disk_mb * mb, "1777")})
+    mounts[s.workdir] = (s.disk_mb * mb, "0755")
+  for path, (size, perms) in sorted(mounts.items(), key=lambda m: m[0].count("/")):
+    a += ["--size", str(size), "--perms", perms, "--tmpfs", path]
+  a += ["--hostname", "sandbox", "--chdir", s.workdir, "--clearenv"]
+  return a + ["--setenv", "PATH", common.PATH]
+
+
+def prlimit_prefix(limits_via: set[str], pids: int, memory_bytes: int, root: bool) -> list[str]:
+  """`prlimit` fallbacks for limits no cgroup enforces (RLIMIT_AS is per process)."""
+  out = []
+  if "pids" not in limits_via:
+    # As root every exec's processes count against the sandbox's own uid; else against ours
+    # (the monitor, pid 1 and its sleep included).
+    out.append(("--nproc", pids + (0 if root else count_procs(os.getuid()))))
+  if "memory" not in limits_via:
+    out.append(("--as", memory_bytes))
+  return ["prlimit", *[f"{flag}={v}:{v}" for flag, v in out], "--"] if out else []
 
 
 class _Spawner:
@@ -61,11 +98,22 @@ def popen_long_lived(args, **kw) -> subprocess.Popen:
   return _SPAWNER.popen(args, **kw)
 
 
+def readable(fd, timeout_s: float) -> bool:
+  """Whether `fd` (an int or a file) is readable within `timeout_s`.
+
+  poll, not select: select() raises ValueError for descriptors past 1024, which a run with
+  many concurrent sandboxes reaches.
+  """
+  poller = select.poll()
+  poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+  return bool(poller.poll(max(0.0, timeout_s) * 1000.0))
+
+
 def read_until(fd: int, stop: bytes, timeout_s: float) -> bytes:
   data, end = b"", time.monotonic() + timeout_s
   while stop not in data:
     left = end - time.monotonic()
-    if left <= 0 or not select.select([fd], [], [], left)[0]:
+    if left <= 0 or not readable(fd, left):
       raise TimeoutError
     chunk = os.read(fd, 4096)
     if not chunk:

@@ -4,7 +4,8 @@ A sandbox is one container of the task image (`agentrl-task:<id>`), no network,
 no-new-privileges, memory/CPU/pids limits. Mode "container" (Docker's own behaviour): the
 container's writable layer as root, uid 0 (or the spec's user) with Docker's default
 capabilities minus NET_RAW, MKNOD and AUDIT_WRITE; uid 0 is the host's uid 0 unless the daemon
-runs with userns-remap. File transfers then go through the daemon's archive API (outside the
+runs with userns-remap (launch/setup.sh starts it so); the writable layer is capped at disk_mb
+(the driver's quota, else a tmpfs over the layer folder: docker_layer.py). File transfers then go through the daemon's archive API (outside the
 container: nothing in it can see them) and snapshots are committed images (restore recreates
 the container from one). Mode "readonly": read-only root, tmpfs workspace, /tmp and $HOME with
 size caps, a non-root user without capabilities; file operations run as uid 0 with only
@@ -14,7 +15,7 @@ after its episode (a safety net if this process is SIGKILLed). Every container c
 label `agentrl.sandbox=1` and its owner (machine, pid, start time): orphans of dead owners on
 this machine are reaped at start-up and at exit.
 
-An exec runs `timeout -s KILL` inside (its whole process group dies at the limit), then every
+An exec runs `/usr/bin/timeout -s KILL` inside (its whole process group dies at the limit), then every
 container process started since the exec began (but pid 1's helpers) is killed from the host
 (pids from the daemon, start times from the host's /proc): `setsid env -i` escapees included.
 The exit status comes back as a nonce-tagged line on stderr, so an exec returns when its
@@ -32,7 +33,7 @@ import struct
 import threading
 import time
 
-from envs.sandbox import common, docker_files, fileops, layers
+from envs.sandbox import common, docker_files, docker_layer, fileops, layers
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 
@@ -44,16 +45,16 @@ FILEOP_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")  # readonly mode: uid 
 
 LABEL = "agentrl.sandbox"
 OWNER = "agentrl.owner"
-_WRAP = 'timeout -s KILL "$2" /bin/bash -lc "$3"; rc=$?; printf "%s %d\\n" "$1" "$rc" >&2'
+_WRAP = '/usr/bin/timeout -s KILL "$2" /bin/bash -lc "$3"; rc=$?; printf "%s %d\\n" "$1" "$rc" >&2'
 _KILL_TAG = (
   'for i in 1 2 3; do for p in /proc/[0-9]*; do [ "${p#/proc/}" = $$ ] && continue; '
   'grep -qsz "^AGENTRL_EXEC=$1\\$" "$p/environ" && kill -9 "${p#/proc/}" 2>/dev/null; '
   "done; done; true"
 )
-_OOM = "cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
+_OOM = "/bin/cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
 _PIDS = (
-  "cat /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current 2>/dev/null; "
-  "cat /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events 2>/dev/null"
+  "/bin/cat /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current 2>/dev/null; "
+  "/bin/cat /sys/fs/cgroup/pids.events /sys/fs/cgroup/pids/pids.events 2>/dev/null"
 )
 
 _CLIENT = None
@@ -76,21 +77,6 @@ def client():
       reap_orphans()
       atexit.register(reap_orphans)
     return _CLIENT
-
-
-_SIZED = {"btrfs", "zfs", "devicemapper", "windowsfilter"}
-
-
-def layer_size_limit() -> bool:
-  """Whether this daemon's storage driver enforces `storage_opt size` on a writable layer
-  (overlay2 only on xfs with project quotas; checked by the daemon at create time)."""
-  try:
-    info = client().info()
-  except SandboxError:
-    return False
-  driver = info.get("Driver", "")
-  backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem", "")
-  return driver in _SIZED or (driver == "overlay2" and backing == "xfs")
 
 
 def reap_orphans() -> int:
@@ -132,15 +118,6 @@ def _remove(api, cid: str) -> None:
   except docker.errors.APIError as e:
     if "already in progress" not in str(e):
       raise
-
-
-_SIZED_CACHE: list[bool] = []
-
-
-def _sized() -> bool:
-  if not _SIZED_CACHE:
-    _SIZED_CACHE.append(layer_size_limit())
-  return _SIZED_CACHE[0]
 
 
 class _Stream:
@@ -218,6 +195,8 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     self._tag = tag
     self._end = time.monotonic() + spec.episode_timeout_s
     self._oom_seen = 0
+    # Whether the writable root is size-capped (by the storage driver or a tmpfs layer).
+    self.disk_capped = spec.mode == "readonly" or docker_layer.driver_caps_layer(self.api)
     try:
       self._create(tag)
       common.register(self)
@@ -237,7 +216,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       tmpfs = {self.home: f"size={common.HOME_MB}m,{u},mode=0755"}  # the workdir wins a tie
       tmpfs["/tmp"] = f"size={s.disk_mb}m,mode=1777,exec"
       tmpfs[s.workdir] = f"size={s.disk_mb}m,{u},mode=0755,exec"
-    mem = s.memory_mb << 20
+    mem, sized = s.memory_mb << 20, docker_layer.driver_caps_layer(self.api)
     hc = self.api.create_host_config(
       network_mode="bridge" if s.network else "none",
       read_only=s.mode == "readonly",
@@ -245,7 +224,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       shm_size=s.disk_mb << 20,
       cap_drop=["ALL"],
       cap_add=list(CONTAINER_CAPS if s.mode == "container" else FILEOP_CAPS),
-      storage_opt={"size": f"{s.disk_mb}m"} if s.mode == "container" and _sized() else None,
+      storage_opt={"size": f"{s.disk_mb}m"} if s.mode == "container" and sized else None,
       security_opt=["no-new-privileges"],
       mem_limit=mem,
       memswap_limit=mem,
@@ -266,6 +245,8 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
         network_disabled=not s.network,
       )
       self.id = c["Id"]
+      if s.mode == "container" and not sized:  # overlay2 on ext4 ignores storage_opt
+        self.disk_capped = docker_layer.cap_layer(self.api, self.id, s.disk_mb << 20) is not None
       self.api.start(self.id)
     except docker.errors.DockerException as e:
       raise SandboxError(f"docker could not start a sandbox: {e}") from e
@@ -406,6 +387,12 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       return bool(self.api.inspect_container(self.id)["State"]["Running"])
     except Exception:  # noqa: BLE001 (a daemon error means: not usable)
       return False
+
+  def system_fingerprint(self) -> dict[str, str] | None:
+    if self.spec.mode != "container":
+      return None  # read-only root
+    self._check_open()
+    return docker_layer.fingerprint(self.api, self.id)
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(tasks now, forks refused at the pids limit), read from the container's cgroup."""

@@ -176,26 +176,43 @@ class ArchiveFileOps:
     init = _stat_fields(pid1) if pid1 > 0 else None
     if init is None:
       return False
-    for _ in range(5):  # a process may fork while we look
-      try:
-        procs = self.api.top(self.id, ps_args="-o pid")["Processes"] or []
-      except Exception:  # noqa: BLE001
-        return True
-      victims = []
-      for row in procs:
-        pid = int(row[0])
-        f = _stat_fields(pid)
-        if pid == pid1 or f is None or f[3] == init[3] or int(f[19]) < since:
-          continue
-        victims.append(pid)
-      if not victims:
-        return True
-      for pid in victims:
+    # Frozen (docker pause: the cgroup freezer), no process can fork while we look, so one
+    # pass catches a fork storm; the SIGKILLs land when the container thaws.
+    frozen = self._freeze(True)
+    try:
+      for _ in range(1 if frozen else 5):
         try:
-          os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-          pass
+          procs = self.api.top(self.id, ps_args="-o pid")["Processes"] or []
+        except Exception:  # noqa: BLE001
+          return True
+        victims = []
+        for row in procs:
+          pid = int(row[0])
+          f = _stat_fields(pid)
+          if pid == pid1 or f is None or f[3] == init[3] or int(f[19]) < since:
+            continue
+          victims.append(pid)
+        for pid in victims:
+          try:
+            os.kill(pid, signal.SIGKILL)
+          except ProcessLookupError:
+            pass
+        if not victims:
+          break
+    finally:
+      if frozen:
+        self._freeze(False)
     return True
+
+  def _freeze(self, on: bool) -> bool:
+    """docker pause / unpause; False where the daemon cannot (no freezer)."""
+    try:
+      (self.api.pause if on else self.api.unpause)(self.id)
+      return True
+    except Exception:  # noqa: BLE001
+      if not on:
+        raise
+      return False
 
   def kill_strays(self) -> None:
     self._check_open()

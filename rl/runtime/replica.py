@@ -40,10 +40,13 @@ def make_engine(model_cfg, params, cfg: EngineConfig, version: int = 0):
 
 
 def generator(model_cfg, params, tokenizer, cfg: EngineConfig, version: int = 0):
-  """A models.generator.Generator over make_engine(...)."""
+  """A models.generator.Generator over make_engine(...); with `cfg.kv_on_swap="reprefill"`
+  wrapped in rl.runtime.weight_sync.ExactSwap (the KV-cache policy for weight swaps)."""
   from models.generator import Generator
+  from rl.runtime.weight_sync import ExactSwap
 
-  return Generator(make_engine(model_cfg, params, cfg, version), tokenizer=tokenizer)
+  gen = Generator(make_engine(model_cfg, params, cfg, version), tokenizer=tokenizer)
+  return ExactSwap(gen) if cfg.kv_on_swap == "reprefill" else gen
 
 
 class Replica:

@@ -104,6 +104,8 @@ class RolloutManager:
     self._started: set[int] = set()  # group ids running or finished, not yet decided
     self._finished: dict[int, tuple] = {}  # group id -> (task, Group), awaiting its turn
     self.drops: dict[int, int] = {}  # policy version -> groups dropped for zero variance
+    self._admitted: dict[int, int] = {}  # group id -> buffer version it was admitted at
+    self._reissue_at: dict[int, int] = {}  # re-issued group id -> its original admission
     self.episode_stats: collections.deque = collections.deque()  # drained by the trainer
     self.masked_in_a_row = 0
     self._stop = threading.Event()
@@ -121,6 +123,7 @@ class RolloutManager:
       for gid, task_id in sorted((reissue or {}).items()):
         self.inflight[gid] = task_id
         self.queue.push((gid, self.tasks.get(task_id)), priority=float("inf"))
+      self.buffer.expect(self._reissue_at.values())
     if self.prefetch:
       self._prefetcher.start()
     self._thread.start()
@@ -152,6 +155,7 @@ class RolloutManager:
       self.next_group_id = int(snap["next_group_id"])
       self.tasks.load_state_dict(snap["tasks"])
       self.drops = {int(k): v for k, v in snap.get("drops", {}).items()}
+      self._reissue_at = {int(k): int(v) for k, v in snap.get("admitted", {}).items()}
     return {int(k): v for k, v in snap["inflight"].items()}
 
   def check(self) -> None:
@@ -167,6 +171,10 @@ class RolloutManager:
         "buffer": [g.to_json() for g in self.buffer.items()],
         "tasks": self.tasks.state_dict(),
         "drops": {str(k): v for k, v in self.drops.items()},
+        # admission versions of in-flight groups (a resume keeps their deadlines)
+        "admitted": {
+          str(k): v for k, v in {**self._reissue_at, **self._admitted}.items() if k in self.inflight
+        },
       }
 
   # -- production ---------------------------------------------------------
@@ -193,12 +201,18 @@ class RolloutManager:
   def _produce(self) -> None:
     try:
       while not self._stop.is_set():
-        if not self.buffer.admit(timeout=0.2):
+        admitted_at = self.buffer.admit_at(timeout=0.2)
+        if admitted_at is None:
           continue
         if self.prefetch:
           gid, task, prepared = self._take_prepared()
         else:
           (gid, task), prepared = self._next_work(), None
+        with self.lock:
+          original = self._reissue_at.pop(gid, None)
+          if original is not None:  # re-issued after a resume: its deadline is unchanged
+            admitted_at = self.buffer.backdate(admitted_at, original)
+          self._admitted[gid] = admitted_at
         _spawn(self._run_group_safe, gid, task, prepared, name=f"group-{gid}")
     except BufferClosed:
       pass
@@ -328,8 +342,9 @@ class RolloutManager:
 
   def _decide(self, gid: int, task, group: Group) -> None:
     """Masks (infra), drops (zero variance, within the budget) or buffers a group (lock held)."""
+    at = self._admitted.pop(gid, None)
     if group.status == "infra":
-      self.buffer.cancel("infra")
+      self.buffer.cancel("infra", at)
       self.on_event("group_masked", group_id=gid, task_id=task.id)
       self.masked_in_a_row += 1
       limit = self.cfg.max_masked_in_a_row
@@ -348,6 +363,6 @@ class RolloutManager:
     ):
       self.drops[version] = self.drops.get(version, 0) + 1
       group.status = "zero_variance"
-      self.buffer.cancel("zero_variance")
+      self.buffer.cancel("zero_variance", at)
       return
-    self.buffer.put(group)
+    self.buffer.put(group, at)

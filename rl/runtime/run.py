@@ -235,7 +235,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
     eval_fn = functools.partial(
       evaluate, mk_eps(eval_agent), eval_tasks, workers=exp.rollout.max_concurrency
     )
-    buffer = StalenessBuffer(exp.loop.batch_groups, exp.loop.staleness)
+    buffer = StalenessBuffer(exp.loop.batch_groups, exp.loop.staleness, exp.loop.token_staleness)
     store = TrajectoryStore(wd)
     rollouts = RolloutManager(
       dataclasses.replace(exp.rollout, seed=exp.loop.seed),

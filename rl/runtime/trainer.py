@@ -81,6 +81,18 @@ def rollout_metrics(groups: list[Group]) -> dict:
   return out
 
 
+def token_staleness(groups: list[Group], version: int) -> np.ndarray:
+  """`version - v` for every loss token's policy version v (the per-token rule)."""
+  out = [
+    version - v
+    for g in groups
+    for r in g.rows
+    for v, m in zip(r["versions"], r["loss_mask"], strict=True)
+    if m and v >= 0
+  ]
+  return np.asarray(out, np.int64)
+
+
 class Trainer:
   """Drives updates from the buffer; see the module docstring for the order of work."""
 
@@ -226,7 +238,9 @@ class Trainer:
         dict(
           trajectory_id=r["trajectory_id"],
           group_id=g.group_id,
-          staleness=self.step - 1 - g.min_version,
+          staleness=self.step - 1 - min(r["min_version"], g.min_version)
+          if r.get("min_version", -1) >= 0
+          else self.step - 1 - g.min_version,
           replayed=rep,
         )
         for gs, rep in ((groups, False), (replayed, True))
@@ -241,9 +255,13 @@ class Trainer:
       extra,
       **{
         f"engine/{k}": float(gs[k])
-        for k in ("tokens_per_s", "active_slots", "pages_used", "cached_prompt_tokens")
+        for k in (
+          "tokens_per_s", "active_slots", "pages_used", "cached_prompt_tokens", "prefill_tokens",
+          "swaps", "swap_wait_s", "reprefilled_sessions",
+        )
+        if k in gs
       },
-    )
+    )  # fmt: skip
     return out
 
   def _metrics(self, groups, train, n_seqs, batch, last_end, times) -> dict:
@@ -253,6 +271,11 @@ class Trainer:
     out.update(rollout_metrics(groups))
     stal = [self.step - 1 - g.min_version for g in groups]
     out.update({"staleness/mean": float(np.mean(stal)), "staleness/max": float(max(stal))})
+    tok = token_staleness(groups, self.step - 1)
+    if tok.size:  # per trained token: version trained at - version that sampled it
+      out.update(
+        {"staleness/token_mean": float(tok.mean()), "staleness/token_max": float(tok.max())}
+      )
     wall = max(now - last_end, 1e-9)
     gen_tok = sum(r["generated_tokens"] for g in groups for r in g.rows)
     out.update(
@@ -277,11 +300,15 @@ class Trainer:
         "buffer/running": st["running"],
         "buffer/zero_variance_dropped": st.get("zero_variance", 0),
         "buffer/stale_dropped": st.get("stale_dropped", 0),
+        "buffer/batch_waits": st.get("batch_waits", 0),  # waits for a group near the cap
         "buffer/infra_masked": st.get("infra", 0),
         "rollout/concurrency": self.rollouts.controller.limit,
         "rollout/prefetched_ready": self.rollouts.prefetched_ready,
       }
     )
+    out.update(
+      {f"buffer/{k}": v for k, v in st.items() if k.startswith("stale_dropped/")}
+    )  # per domain and difficulty: a bias against slow tasks shows here
     eps = []
     while self.rollouts.episode_stats:
       eps.append(self.rollouts.episode_stats.popleft())

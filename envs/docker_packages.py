@@ -21,6 +21,13 @@ APT_NOOP = {
   "purge",
   "remove",
 }
+# pip install options followed by a value (`--retries 3`): the value is not a requirement.
+PIP_VALUE_OPTIONS = frozenset(
+  "-i --index-url --extra-index-url -c --constraint -t --target -f --find-links --retries "
+  "--timeout --progress-bar --trusted-host --cache-dir --root --prefix --src --platform "
+  "--python-version --implementation --abi --log --proxy --cert --client-cert --exists-action "
+  "--upgrade-strategy --global-option --config-settings -C --python --report".split()
+)
 INSTALLER_URL = re.compile(r"astral\.sh/uv|get-pip\.py|install\.python-poetry|pypa\.io")
 
 
@@ -63,16 +70,7 @@ def pip_args(argv: list[str]) -> list[str] | None:
   for t in it:
     if t in ("-r", "--requirement"):
       reqs.append("-r" + next(it, ""))
-    elif t in (
-      "-i",
-      "--index-url",
-      "--extra-index-url",
-      "-c",
-      "--constraint",
-      "-t",
-      "--target",
-      "-f",
-    ):
+    elif t in PIP_VALUE_OPTIONS:
       next(it, None)
     elif not t.startswith("-"):
       reqs.append(t)

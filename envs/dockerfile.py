@@ -221,10 +221,15 @@ class _Translator:
       reqs = [r for r in reqs if r not in tool]
       self.pip += [r for r in reqs if not r.startswith("-r") and r not in self.pip]
       return f"agentrl_pip {line} {shlex.join(reqs)}" if reqs else ":"
-    if prog == "uv":
+    if prog in ("uv", "uvx"):
       self.warn(
         line, f"'uv {' '.join(argv[1:2])}' dropped (pytest runs offline with the image's python)"
       )
+      return ":"
+    if prog in ("cp", "ln", "mv", "chmod", "install") and any(
+      re.search(r"(^|/)uvx?$", a) for a in argv[1:] if not a.startswith("-")
+    ):  # placing the dropped installer's uv binary (`cp /root/.local/bin/uv /usr/local/bin/`)
+      self.warn(line, f"'{prog}' of the uv binary dropped (the uv installer was dropped)")
       return ":"
     return seg
 

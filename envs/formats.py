@@ -247,8 +247,11 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
       memory_mb=_size_mb(env, "memory_mb", "memory", 1024),
       disk_mb=min(_size_mb(env, "storage_mb", "storage", 512), 4096),
     ),
-    network=bool(env.get("allow_internet", bool, False)),
-    metadata=tuple(sorted(extra.items())) + _warnings(plan, test_plan),
+    # allow_internet is the agent's grant in Harbor's own harness; graded here offline, the
+    # sandbox never gets a network (kept in metadata so a report can say which tasks asked)
+    metadata=tuple(sorted(extra.items()))
+    + (("allow_internet", bool(env.get("allow_internet", bool, False))),)
+    + _warnings(plan, test_plan),
     source=str(root),
     format="harbor",
     **{**fields, "env": tuple({**dict(fields["env"]), **_str_env(env.sub("env"))}.items())},

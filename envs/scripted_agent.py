@@ -184,7 +184,8 @@ def solution_steps(task: Task) -> list[str]:
 
 
 class OracleAgent:
-  """Runs the task's reference solution from a staging folder it removes afterwards.
+  """Runs the task's reference solution from a staging folder it removes afterwards
+  (`/solution` for Harbor tasks, as Harbor puts it, where the root is writable).
 
   Default: `solve.sh` in the task's workdir, one turn (the quality gate's oracle). `per_step`:
   one turn per `solution/steps/NN.sh` if the task has them, else `solve.sh` (the evaluation's).
@@ -197,6 +198,10 @@ class OracleAgent:
 
   def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
     stage = f"/tmp/.agentrl-oracle-{uuid.uuid4().hex[:12]}"
+    # Harbor uploads solution/ to /solution and solve.sh reads its files from there (`cp
+    # /solution/x.py .`): staged there where the root is writable and /solution is free.
+    if task.format == "harbor" and sb.exec("mkdir /solution", timeout_s=30).exit_code == 0:
+      stage = "/solution"
     files = task.solution_files + (FileEntry("solve.sh", task.solution_script.encode(), 0o755),)
     put_files(sb, stage, files)
     try:

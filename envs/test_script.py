@@ -129,6 +129,11 @@ def _name(req: str) -> str:
 
 def _packages(argv: list[str]) -> tuple[str, list[str]] | None:
   """('pip' | 'apt', packages) for an install command line, or None."""
+  # one command only: stop at a `;`/`&&`/`||`/`|` and skip redirections (`>/dev/null 2>&1`)
+  cut = next(
+    (i for i, a in enumerate(argv) if a in (";", "&&", "||", "|") or a.endswith(";")), None
+  )
+  argv = [a for a in argv[:cut] if not re.match(r"^(\d*|&)[<>]", a)]
   if argv[:2] in (["apt-get", "install"], ["apt", "install"]) or (
     argv[:1] in (["apt-get"], ["apt"]) and "install" in argv
   ):

@@ -46,3 +46,33 @@ def test_golang_path_keeps_later_env_expansion():
 def test_non_debian_language_images_still_fail(base):
   with pytest.raises(dockerfile.DockerfileError, match="not Debian"):
     dockerfile.translate(f"FROM {base}\n")
+
+
+def test_pip_option_values_are_not_packages():
+  plan = dockerfile.translate(
+    "FROM python:3.12-slim\nRUN pip install --no-cache-dir --retries 3 --timeout 60 "
+    "--progress-bar off pytest==8.4.1 pytest-json-ctrf==0.3.5\n"
+  )
+  assert plan.pip_packages == ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")
+
+
+def test_placing_the_dropped_uv_binary_is_dropped_too():
+  plan = dockerfile.translate(
+    "FROM gcc:13.3.0-bookworm\nRUN curl -LsSf https://astral.sh/uv/0.5.11/install.sh | sh\n"
+    "RUN cp /root/.local/bin/uv /root/.local/bin/uvx /usr/local/bin/ && echo kept\n"
+    "RUN cp /opt/uvicorn.conf /etc/\n"
+  )
+  assert "bash -ec ': &&  echo kept'" in plan.setup_script
+  assert "/opt/uvicorn.conf" in plan.setup_script  # only the uv binary itself
+  assert any("uv binary dropped" in w for w in plan.warnings)
+
+
+def test_test_script_install_line_with_redirections_and_semicolons():
+  from envs import test_script
+
+  s = test_script.parse(
+    "#!/bin/bash\napt-get update >/dev/null 2>&1; apt-get install -y curl >/dev/null 2>&1\n"
+    "apt-get install -y jq >/dev/null 2>&1\nuvx --with pytest==8.4.1 pytest /tests -rA\n",
+    "test.sh",
+  )
+  assert s.apt_packages == ("jq",) and s.runs_pytest

@@ -1,0 +1,49 @@
+"""The oracle runs a Harbor reference solution as Harbor does: solution/ at /solution (real
+bwrap sandbox, container-like mode), so `cp /solution/x.py .` in solve.sh works; the no-op
+agent still fails the task."""
+
+import pathlib
+import textwrap
+
+from envs import eval as ev
+from envs.loading import load_any
+
+HARBOR = {
+  "task.toml": 'version = "1.0"\n[metadata]\ndifficulty = "easy"\ncategory = "text"\n',
+  "instruction.md": "Write /app/solve.py printing the word count of /app/data/words.txt to out.txt.\n",
+  "environment/Dockerfile": "FROM python:3.12-slim\nWORKDIR /app\nCOPY data/ /app/data/\n",
+  "environment/data/words.txt": "a b c\nd\n",
+  "solution/solve.py": "n = len(open('/app/data/words.txt').read().split())\nopen('/app/out.txt', 'w').write(f'{n}\\n')\n",
+  "solution/solve.sh": "#!/bin/bash\nset -e\ncp /solution/solve.py /app/solve.py\npython3 /app/solve.py\n",
+  "tests/test_outputs.py": """
+    from pathlib import Path
+
+    def test_script_and_count():
+        assert Path("/app/solve.py").exists()
+        assert Path("/app/out.txt").read_text() == "4\\n"
+  """,
+}
+
+
+def _write(root: pathlib.Path, files: dict) -> pathlib.Path:
+  for rel, text in files.items():
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(textwrap.dedent(text).lstrip("\n"))
+  return root
+
+
+def test_harbor_solution_is_staged_at_slash_solution(tmp_path):
+  task = load_any(_write(tmp_path / "s" / "wc-words", HARBOR))
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  assert oracle["passed"], oracle["detail"]
+  assert "/solution/solve.sh" in oracle["trajectory"][0]["action"]
+  (null,) = ev.evaluate([task], ev.make_agent("null"), ev.EvalConfig())
+  assert not null["passed"] and null["grade_failure_mode"] == "none"
+
+
+def test_allow_internet_is_recorded_not_granted(tmp_path):
+  files = dict(HARBOR)
+  files["task.toml"] += "[environment]\nallow_internet = true\n"
+  task = load_any(_write(tmp_path / "s" / "net-task", files))
+  assert task.network is False and dict(task.metadata)["allow_internet"] is True

@@ -222,6 +222,8 @@ def open_task_sandbox(
     sb = sandbox_lib.make(backend, task_spec(task, image, **spec_overrides))
   except sandbox_lib.PackageMissingError as e:  # the task asks for what does not exist
     raise TaskSetupError(f"{task.source or task.id}: {e}") from e
+  except ValueError as e:  # the task's spec cannot work (check_spec names the field)
+    raise TaskSetupError(f"{task.source or task.id}: sandbox spec: {e}") from e
   try:
     run_setup(sb, task)
     baseline = workspace_manifest(sb, task.workdir)

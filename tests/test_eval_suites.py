@@ -130,3 +130,15 @@ def test_docker_backend_oracle_and_null():
   assert all(t["checks"]["step_success"] == 1.0 and not t["checks"]["forgot"] for t in oracle)
   null = ev.evaluate(tasks, ev.make_agent("null"), cfg)
   assert [t["failure_mode"] for t in null] == ["tests_failed", "tests_failed"]
+
+
+def test_a_task_with_an_unusable_spec_is_a_task_error_and_the_suite_goes_on():
+  """A sandbox spec the task makes invalid (a malformed apt package name) fails that task
+  only, as task_error naming the field; the other task is still graded."""
+  good = builtin_tasks()[0]
+  bad = dataclasses.replace(good, id="bad-spec", apt_packages=("vim; rm -rf /",))
+  trials = ev.evaluate([bad, good], ev.make_agent("oracle"), ev.EvalConfig(concurrency=1))
+  by_id = {t["task_id"]: t for t in trials}
+  assert by_id["bad-spec"]["failure_mode"] == "task_error"
+  assert "apt_packages" in by_id["bad-spec"]["detail"]
+  assert by_id[good.id]["passed"], by_id[good.id]["detail"][-300:]

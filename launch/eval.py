@@ -191,4 +191,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(lambda argv: sys.exit(main(argv)))
+  from launch import cli
+
+  cli.run(lambda argv: sys.exit(main(argv)))

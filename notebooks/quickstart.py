@@ -19,7 +19,8 @@
 # A tiny byte-level policy learns a terminal task in real bubblewrap sandboxes: a short
 # supervised warm start on verified demonstrations, then GRPO on multi-turn tool-call
 # episodes graded by hidden tests. This notebook runs the toy configuration end to end
-# (a minute or two on 2 CPU cores); set `SIZE = "demo"` for the full demo (about 15 minutes).
+# (about 4 minutes cold on 2 quiet CPU cores, ~1 minute with a warm compilation cache, longer
+# under load); set `SIZE = "demo"` for the full demo (about 11 minutes).
 #
 # Set-up once per machine (Colab: run it in a cell with `!`): `bash launch/setup.sh`
 # (installs bubblewrap and the package, builds the sandbox image).

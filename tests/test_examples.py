@@ -50,3 +50,8 @@ def test_tasks_and_verifier():
 @pytest.mark.parametrize("name", sorted(set(EXAMPLES) - SERVED))
 def test_every_example_is_tested(name):
   assert f"test_{name[:-3]}" in globals(), f"examples/{name} has no test here"
+
+
+def test_task_pool():
+  drawn = _main("task_pool.py")()
+  assert len(drawn) >= 5 and sum(drawn.values()) == 64  # every domain listed, so all are drawn

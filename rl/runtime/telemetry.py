@@ -89,10 +89,10 @@ class Telemetry:
         print(f"[{name}] ...", flush=True)
       return
     total, initial = (total, 0) if self._in_phase else self._rl
+    self._bar.set_description(name or "RL steps", refresh=False)
+    self._bar.set_postfix_str("", refresh=False)
     self._bar.reset(total=total)
     self._bar.update(initial)
-    self._bar.set_description(name or "RL steps")
-    self._bar.set_postfix({})
 
   def log(
     self, step: int, metrics: dict, *, show: tuple[str, ...] = (), progress: bool = True

@@ -5,7 +5,9 @@ here. `translate()` maps a Debian, Ubuntu or python-slim `FROM` onto the base im
 the remaining steps into a setup script plus staged files:
 
   FROM          Debian/Ubuntu/python-slim bases; the WORKDIR and ENV of known public bases
-                apply (Terminal-Bench's ghcr.io/laude-institute/t-bench/* images: /app)
+                apply (Terminal-Bench's ghcr.io/laude-institute/t-bench/* images: /app);
+                language images (gcc, golang, eclipse-temurin, ...) add their toolchain's
+                distribution packages (envs/docker_bases.py)
   WORKDIR       the last one becomes the task's writable workspace (e.g. /app)
   ENV / ARG     exported for later steps; ENV also becomes the sandbox environment
   USER          recorded as the task's user (the container-like sandbox applies it)
@@ -36,43 +38,25 @@ import re
 import shlex
 import tarfile
 
+from envs.docker_bases import DEFAULT_PATH, KNOWN_BASES, map_base, toolchain
+from envs.docker_packages import (
+  HARNESS_PACKAGES,
+  INSTALLER_URL,
+  PRELUDE,
+  apt_install,
+  apt_noop,
+  pip_args,
+  strip_prefix,
+)
+from envs.dockerfile_syntax import DockerfileError, expand, logical_lines, parse_kv, split_segments
 from envs.task import FileEntry, Files, TaskFormatError
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_BASE_NAMES = ("debian", "ubuntu", "python", "buildpack-deps")
-# Tools a harness or a network installer needs, never the task itself: dropped with a warning.
-HARNESS_PACKAGES = frozenset(
-  "tmux asciinema curl wget ca-certificates gnupg gnupg2 lsb-release software-properties-common "
-  "apt-transport-https apt-utils locales tzdata".split()
-)
-_APT_NOOP = {
-  "update",
-  "upgrade",
-  "dist-upgrade",
-  "clean",
-  "autoclean",
-  "autoremove",
-  "purge",
-  "remove",
-}
-_INSTALLER_URL = re.compile(r"astral\.sh/uv|get-pip\.py|install\.python-poetry|pypa\.io")
+__all__ = ["DockerPlan", "DockerfileError", "KNOWN_BASES", "TB1_EXCLUDED", "translate"]
+
 # A Terminal-Bench 1 task's build context is its whole folder: the harness's own files are
 # not part of the image. Harbor's context is environment/, all of it (a tests/ folder too).
 TB1_EXCLUDED = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")
-# WORKDIR / ENV of public base images that task Dockerfiles build on without repeating them.
-KNOWN_BASES: tuple[tuple[str, str | None, tuple[tuple[str, str], ...]], ...] = (
-  ("ghcr.io/laude-institute/t-bench/", "/app", ()),
-  ("python:", None, (("LANG", "C.UTF-8"),)),
-)
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
-
-
-class DockerfileError(TaskFormatError):
-  """A Dockerfile step that cannot be replayed on the base image."""
-
-  def __init__(self, file: str, line: int, text: str, cause: str):
-    super().__init__(file, f"line {line}", f"{cause}\n    {line}: {text.strip()[:200]}")
-    self.line = line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,151 +73,6 @@ class DockerPlan:
   pip_packages: tuple[str, ...] = ()
   user: str = ""
   needs_container: bool = False  # writes outside the workspace (a COPY into /, /usr, ...)
-
-
-def _logical_lines(text: str) -> list[tuple[int, str]]:
-  """(first line number, instruction text) with continuations, comments and heredocs folded."""
-  out, buf, start = [], [], 0
-  lines = text.splitlines()
-  i = 0
-  while i < len(lines):
-    line = lines[i]
-    i += 1
-    if not buf and (not line.strip() or line.lstrip().startswith("#")):
-      continue
-    if buf and line.lstrip().startswith("#"):
-      continue
-    if not buf:
-      start = i
-    if line.rstrip().endswith("\\"):
-      buf.append(line.rstrip()[:-1])
-      continue
-    buf.append(line)
-    joined = " ".join(buf)  # Docker drops the escaped newline of a continuation
-    heredoc = re.search(r"<<-?\s*['\"]?(\w+)['\"]?", joined)
-    if heredoc and joined.split(None, 1)[0].upper() == "RUN":
-      end = heredoc.group(1)
-      body = []
-      while i < len(lines) and lines[i].strip() != end:
-        body.append(lines[i])
-        i += 1
-      i += 1
-      joined = joined + "\n" + "\n".join(body) + "\n" + end
-    out.append((start, joined))
-    buf = []
-  if buf:
-    out.append((start, " ".join(buf)))
-  return out
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-  """$VAR, ${VAR} and ${VAR:-default} as Docker expands them at build time."""
-
-  def sub(m: re.Match) -> str:
-    if m.group(3):
-      return env.get(m.group(3), "")
-    return env.get(m.group(1), m.group(2) or "")
-
-  return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}|\$(\w+)", sub, value)
-
-
-def _parse_kv(args: str, file: str, line: int, text: str) -> list[tuple[str, str]]:
-  toks = shlex.split(args)
-  if not toks:
-    raise DockerfileError(file, line, text, "missing arguments")
-  if "=" not in toks[0]:
-    return [(toks[0], " ".join(toks[1:]))]
-  pairs = []
-  for t in toks:
-    if "=" not in t:
-      raise DockerfileError(file, line, text, f"expected KEY=VALUE, got {t!r}")
-    k, v = t.split("=", 1)
-    pairs.append((k, v))
-  return pairs
-
-
-def _map_base(image: str, file: str, line: int, text: str) -> str:
-  name = image.split("/")[-1].split("@")[0]
-  repo, _, tag = name.partition(":")
-  ok = repo in _BASE_NAMES or any(repo.startswith(b + "-") for b in _BASE_NAMES)
-  if not ok or "alpine" in tag or "windows" in tag:
-    raise DockerfileError(
-      file,
-      line,
-      text,
-      f"base image {image!r} is not Debian, Ubuntu or python-slim; it cannot be mapped onto the base image",
-    )
-  return image
-
-
-def _split_segments(cmd: str) -> list[str]:
-  """Splits a shell command on top-level &&, ||, ; and newlines, keeping the operators."""
-  out, cur, i, quote = [], [], 0, None
-  while i < len(cmd):
-    c = cmd[i]
-    if quote:
-      cur.append(c)
-      if c == "\\" and quote == '"' and i + 1 < len(cmd):
-        cur.append(cmd[i + 1])
-        i += 1
-      elif c == quote:
-        quote = None
-    elif c in "'\"":
-      quote = c
-      cur.append(c)
-    elif c == "\\" and i + 1 < len(cmd):
-      cur.extend(cmd[i : i + 2])
-      i += 1
-    elif cmd.startswith("&&", i) or cmd.startswith("||", i):
-      out += ["".join(cur), cmd[i : i + 2]]
-      cur = []
-      i += 1
-    elif c in ";\n":
-      out += ["".join(cur), ";"]
-      cur = []
-    else:
-      cur.append(c)
-    i += 1
-  out.append("".join(cur))
-  return out
-
-
-def _strip_prefix(argv: list[str]) -> list[str]:
-  while argv and (re.match(r"^\w+=", argv[0]) or argv[0] in ("sudo", "env", "-E")):
-    argv = argv[1:]
-  return argv
-
-
-def _pip_args(argv: list[str]) -> list[str] | None:
-  """The requirements of a pip install command line ('-rFILE' for files), or None."""
-  if argv[:3] == ["uv", "pip", "install"]:
-    a = argv[3:]
-  elif argv and re.fullmatch(r"pip3?(\.\d+)?", argv[0]) and argv[1:2] == ["install"]:
-    a = argv[2:]
-  elif (
-    argv and re.fullmatch(r"python3?(\.\d+)?", argv[0]) and argv[1:4] == ["-m", "pip", "install"]
-  ):
-    a = argv[4:]
-  else:
-    return None
-  reqs, it = [], iter(a)
-  for t in it:
-    if t in ("-r", "--requirement"):
-      reqs.append("-r" + next(it, ""))
-    elif t in (
-      "-i",
-      "--index-url",
-      "--extra-index-url",
-      "-c",
-      "--constraint",
-      "-t",
-      "--target",
-      "-f",
-    ):
-      next(it, None)
-    elif not t.startswith("-"):
-      reqs.append(t)
-  return reqs
 
 
 class _Translator:
@@ -261,7 +100,7 @@ class _Translator:
     self.warnings.append(f"{self.file}:{line}: {msg}")
 
   def run(self, text: str) -> None:
-    for line, instr in _logical_lines(text):
+    for line, instr in logical_lines(text):
       kw, args = (re.split(r"\s", instr.strip(), maxsplit=1) + [""])[:2]
       handler = getattr(self, "do_" + kw.lower(), None)
       if handler is None:
@@ -278,13 +117,13 @@ class _Translator:
   do_healthcheck = do_stopsignal = do_onbuild = do_shell = ignore
 
   def do_user(self, line, text, args):
-    self.user = _expand(args.strip(), {**self.args, **self.env}).split(":")[0]
+    self.user = expand(args.strip(), {**self.args, **self.env}).split(":")[0]
 
   def do_from(self, line, text, args):
     if self.base:
       raise self.err(line, text, "multi-stage builds are not supported (a second FROM)")
-    toks = [t for t in shlex.split(_expand(args, self.args)) if not t.startswith("--")]
-    self.base = _map_base(toks[0], self.file, line, text)
+    toks = [t for t in shlex.split(expand(args, self.args)) if not t.startswith("--")]
+    self.base = map_base(toks[0], self.file, line, text)
     for prefix, workdir, env in KNOWN_BASES:
       if self.base.startswith(prefix):
         for k, v in env:
@@ -296,21 +135,32 @@ class _Translator:
           self.steps.append((line, "workdir", workdir))
     if "python" in toks[0]:
       self.warn(line, f"{toks[0]} mapped onto the base image's python3 (version may differ)")
+    tool = toolchain(self.base)
+    if tool:
+      pkgs, env = tool
+      self.apt += [p for p in pkgs if p not in self.apt]
+      for k, v in env:
+        self.env[k] = self.task_env[k] = v
+        self.steps.append((line, "env", f"export {k}={shlex.quote(v)}"))
+      self.steps.append((line, "run", f"agentrl_apt {line} {shlex.join(pkgs)}"))
+      self.warn(
+        line, f"{toks[0]} mapped onto the base image + {' '.join(pkgs)} (version may differ)"
+      )
 
   def do_arg(self, line, text, args):
-    for k, v in _parse_kv(args if "=" in args else args + "=", self.file, line, text):
-      self.args[k] = _expand(v, {**self.args, **self.env})
+    for k, v in parse_kv(args if "=" in args else args + "=", self.file, line, text):
+      self.args[k] = expand(v, {**self.args, **self.env})
       self.env.setdefault(k, self.args[k])
 
   def do_env(self, line, text, args):
-    for k, v in _parse_kv(args, self.file, line, text):
-      v = _expand(v, {**self.args, **self.env})
+    for k, v in parse_kv(args, self.file, line, text):
+      v = expand(v, {**self.args, **self.env})
       self.env[k] = v
       self.task_env[k] = v
       self.steps.append((line, "env", f"export {k}={shlex.quote(v)}"))
 
   def do_workdir(self, line, text, args):
-    path = posixpath.normpath(posixpath.join(self.cwd, _expand(args.strip().strip('"'), self.env)))
+    path = posixpath.normpath(posixpath.join(self.cwd, expand(args.strip().strip('"'), self.env)))
     self.cwd = path
     self.workdirs.append(path)
     self.steps.append((line, "workdir", path))
@@ -327,7 +177,7 @@ class _Translator:
   def rewrite(self, line: int, text: str, cmd: str) -> str:
     if re.search(r"<<-?\s*['\"]?\w+", cmd):
       return cmd  # a heredoc body is replayed verbatim
-    parts = _split_segments(cmd)
+    parts = split_segments(cmd)
     for i in range(0, len(parts), 2):
       parts[i] = self.rewrite_segment(line, text, parts[i])
     return " ".join(p for p in parts)
@@ -336,38 +186,36 @@ class _Translator:
     if not seg.strip():
       return ":"
     if "|" in seg and re.search(r"\b(curl|wget)\b", seg):
-      if _INSTALLER_URL.search(seg) and not self.strict:
+      if INSTALLER_URL.search(seg) and not self.strict:
         self.warn(line, "network installer dropped (the verifier runs pytest offline)")
         return ":"
       raise self.err(line, text, "downloads from the network, which the sandbox does not have")
     try:
-      argv = _strip_prefix(shlex.split(seg, comments=False))
+      argv = strip_prefix(shlex.split(seg, comments=False))
     except ValueError:
       return seg
     if not argv:
       return seg
     prog = argv[0]
-    if prog in ("apt-get", "apt", "aptitude"):
-      sub = next((a for a in argv[1:] if not a.startswith("-")), "")
-      if sub == "install":
-        pkgs = [a.split("=")[0] for a in argv[2:] if not a.startswith("-") and a != "install"]
-        skipped = sorted(set(pkgs) & HARNESS_PACKAGES)
-        if skipped and self.strict:
-          raise self.err(
-            line, text, f"strict: harness/network packages {' '.join(skipped)} are not in the image"
-          )
-        if skipped:
-          self.warn(line, f"harness/network packages not installed: {' '.join(skipped)}")
-        self.apt += [p for p in pkgs if p not in self.apt]
-        need = [p for p in pkgs if p not in HARNESS_PACKAGES]
-        return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
-      if sub in _APT_NOOP:
-        return ":"
+    pkgs = apt_install(argv)
+    if pkgs is not None:
+      skipped = sorted(set(pkgs) & HARNESS_PACKAGES)
+      if skipped and self.strict:
+        raise self.err(
+          line, text, f"strict: harness/network packages {' '.join(skipped)} are not in the image"
+        )
+      if skipped:
+        self.warn(line, f"harness/network packages not installed: {' '.join(skipped)}")
+      self.apt += [p for p in pkgs if p not in self.apt]
+      need = [p for p in pkgs if p not in HARNESS_PACKAGES]
+      return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
+    if apt_noop(argv):
+      return ":"
     if prog in ("curl", "wget") or (prog == "git" and argv[1:2] == ["clone"]):
       raise self.err(line, text, "downloads from the network, which the sandbox does not have")
     if prog == "rm" and all(a.startswith("-") or not self.writable(a) for a in argv[1:]):
       return ":"  # cache clean-ups of the read-only image
-    reqs = _pip_args(argv)
+    reqs = pip_args(argv)
     if reqs is not None:
       tool = [r for r in reqs if re.match(r"^(uv|pip|setuptools|wheel)\b", r)]
       reqs = [r for r in reqs if r not in tool]
@@ -393,7 +241,7 @@ class _Translator:
     toks = json.loads(args) if args.startswith("[") else shlex.split(args)
     if len(toks) < 2:
       raise self.err(line, text, "needs a source and a destination")
-    srcs, dest = toks[:-1], _expand(toks[-1], self.env)
+    srcs, dest = toks[:-1], expand(toks[-1], self.env)
     dest_abs = posixpath.normpath(posixpath.join(self.cwd, dest))
     mode = int(opts["chmod"], 8) if opts.get("chmod") else None
     as_dir = dest.endswith("/") or len(srcs) > 1 or dest_abs in self.workdirs or dest_abs == "/tmp"
@@ -462,44 +310,6 @@ class _Translator:
     return out
 
 
-_PRELUDE = r"""set -u
-agentrl_fail() {
-  [ "$2" = 97 ] || echo "Dockerfile:$1: step cannot be replayed on the base image (exit $2): $3" >&2
-  exit 97
-}
-agentrl_apt() {
-  local line=$1 miss="" p; shift
-  for p in "$@"; do
-    p=${p%%:*}
-    case "$p" in python-is-python3) command -v python >/dev/null && continue;; esac
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || miss="$miss $p"
-  done
-  [ -z "$miss" ] || { echo "Dockerfile:$line: apt package(s) not in the base image (no network to install):$miss" >&2; exit 97; }
-}
-agentrl_pip() {
-  local line=$1; shift
-  python3 - "$line" "$@" <<'PY' || exit 97
-import importlib.metadata as md, re, sys
-line, reqs, miss = sys.argv[1], [], []
-for a in sys.argv[2:]:
-  if a.startswith("-r"):
-    reqs += [l.split("#")[0].strip() for l in open(a[2:]) if l.split("#")[0].strip() and not l.startswith("-")]
-  else:
-    reqs.append(a)
-for r in reqs:
-  name = re.split(r"[<>=!~\[; @]", r, maxsplit=1)[0]
-  try:
-    md.version(name)
-  except md.PackageNotFoundError:
-    miss.append(name)
-if miss:
-  sys.exit(f"Dockerfile:{line}: python package(s) not in the base image (no network to install): {' '.join(miss)}")
-PY
-}
-export -f agentrl_apt agentrl_pip
-"""
-
-
 def translate(
   text: str,
   context: Files = (),
@@ -516,7 +326,7 @@ def translate(
   workdir = t.workdirs[-1] if t.workdirs else "/workspace"
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
-  lines = [_PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}"]
+  lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}"]
   for line, kind, payload in t.steps:
     if kind == "env":
       lines.append(payload)

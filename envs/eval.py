@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 from envs.milestones import CheckingPolicy, Monitor
 from envs.sandbox.base import SandboxError
+from envs.scoring import MASKED_MODES, GradeResult, masked_result
 from envs.scripted_agent import (
   OUT_CHARS,
   AgentRun,
@@ -42,7 +43,7 @@ from envs.scripted_agent import (
 )
 from envs.task import Task
 from envs.task_env import TaskSetupError, open_task_sandbox
-from envs.verifier import MASKED_MODES, GradeResult, Verifier, VerifierConfig, masked_result
+from envs.verifier import Verifier, VerifierConfig
 
 AGENTS = ("policy", "oracle", "null", "scripted")
 _POLICY_TURN_KEYS = ("action", "tool", "command", "error", "exit_code", "gen_tokens")

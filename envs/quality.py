@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 from envs.hacks import HACKS_BY_NAME, Hack
 from envs.sandbox.base import SandboxError
+from envs.scoring import GradeResult, masked_result
 from envs.scripted_agent import AgentRun, NullAgent, OracleAgent
 from envs.task import Task
 from envs.task_env import TaskSandbox, TaskSetupError, open_task_sandbox
-from envs.verifier import GradeResult, Verifier, VerifierConfig, masked_result
+from envs.verifier import Verifier, VerifierConfig
 
 # ---------------------------------------------------------------- quarantine
 

@@ -21,7 +21,7 @@ import dataclasses
 import re
 import shlex
 
-from envs.dockerfile import HARNESS_PACKAGES
+from envs.docker_packages import HARNESS_PACKAGES
 from envs.task import TaskFormatError
 
 # Test tooling a script installs for itself: the verifier brings its own pytest.

@@ -6,7 +6,8 @@ work queued while the host handles the previous one (a finished request therefor
 discarded tokens of compute). A dispatch is `decode_chunk` steps in one call (one host round
 trip) while no running request can reach its token limit inside it, else a single step.
 Pages are reserved for prompt + max_new_tokens at admission (so a running request never runs
-out) but allocated as tokens arrive.
+out) but allocated as tokens arrive. Admission (validation, prefix reuse, slots, batched
+prefill) is models.generator_admission; this module is the loop and the chunked dispatch.
 
 Prefix reuse: a request with a `session_id` keeps its pages after it finishes, together with the
 exact tokens whose K/V they hold. The next request of the session is matched token-exactly
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
+import logging
 import threading
 import time
 
@@ -29,67 +30,19 @@ import numpy as np
 
 from models import kv_cache as kvc
 from models.engine import Engine
-from models.sampling import SamplingParams
+from models.generator_admission import (
+  Admission,
+  GenerationRequest,
+  GenerationResult,
+  Live,
+  Session,
+  page_entry,
+)
+
+__all__ = ["Admission", "GenerationRequest", "GenerationResult", "Generator"]
 
 
-@dataclasses.dataclass(frozen=True)
-class GenerationRequest:
-  prompt_tokens: list[int]
-  max_new_tokens: int
-  sampling: SamplingParams = SamplingParams()
-  stop_token_ids: tuple[int, ...] = ()
-  stop_strings: tuple[str, ...] = ()
-  session_id: str | None = None
-
-
-@dataclasses.dataclass
-class GenerationResult:
-  tokens: list[int]
-  logprobs: list[float]
-  versions: list[int]
-  finish_reason: str  # 'stop' | 'length' | 'stop_string' | 'error'
-  prompt_len: int
-  cached_prefix_len: int
-
-
-@dataclasses.dataclass
-class _Session:
-  pages: list[int]
-  tokens: list[int]  # exactly the tokens whose K/V the pages hold
-
-
-@dataclasses.dataclass
-class _Live:
-  req: GenerationRequest
-  future: concurrent.futures.Future
-  slot: int
-  pages: list[int]
-  reserved: int
-  written: int  # positions whose K/V is written by dispatched work
-  max_new: int
-  cached: int
-  tokens: list[int] = dataclasses.field(default_factory=list)
-  logprobs: list[float] = dataclasses.field(default_factory=list)
-  versions: list[int] = dataclasses.field(default_factory=list)
-  done: bool = False
-
-
-def _entry(page_no: int, window) -> int:
-  """Host twin of kv_evict.table_index for one page number."""
-  if window is None or page_no < window.sink:
-    return page_no
-  return window.sink + (page_no - window.sink) % window.ring
-
-
-def _lcp(a, b) -> int:
-  n = min(len(a), len(b))
-  i = 0
-  while i < n and a[i] == b[i]:
-    i += 1
-  return i
-
-
-class Generator:
+class Generator(Admission):
   """Host scheduler over an Engine (see module docstring). Call close() when done."""
 
   def __init__(
@@ -104,7 +57,7 @@ class Generator:
     self.engine, self.tokenizer = engine, tokenizer
     self.max_prefill_batch, self.max_prefill_tokens = max_prefill_batch, max_prefill_tokens
     self.decode_chunk = decode_chunk
-    self._jobs: list[_Live] = []
+    self._jobs: list[Live] = []
     if prefix_caching and engine.window is not None:
       raise ValueError("Generator: prefix_caching cannot be combined with a KV eviction window")
     self.pool = kvc.PagePool(engine.num_pages, engine.page_size, prefix_caching=prefix_caching)
@@ -112,9 +65,9 @@ class Generator:
     self._table = np.full((S, M), kvc.NULL_PAGE, np.int32)
     self._table_dirty = False
     self._free_slots = list(range(S))
-    self._live: dict[int, _Live] = {}
+    self._live: dict[int, Live] = {}
     self._pending: collections.deque = collections.deque()
-    self._sessions: collections.OrderedDict[str, _Session] = collections.OrderedDict()
+    self._sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
     self._events: collections.deque = collections.deque()
     self._lock = threading.Lock()
     self._wake = threading.Condition(self._lock)
@@ -189,120 +142,6 @@ class Generator:
   def __exit__(self, *exc):
     self.close()
 
-  # -- validation and admission -----------------------------------------------------------
-  def _validate(self, req: GenerationRequest) -> None:
-    n, max_len = len(req.prompt_tokens), self.engine.max_seq_len
-    if n == 0:
-      raise ValueError("GenerationRequest.prompt_tokens is empty")
-    if n >= max_len:
-      raise ValueError(
-        f"GenerationRequest: prompt of {n} tokens leaves no room in max_seq_len {max_len}"
-      )
-    if req.max_new_tokens < 1:
-      raise ValueError(f"GenerationRequest.max_new_tokens must be >= 1 (got {req.max_new_tokens})")
-    if req.stop_strings and self.tokenizer is None:
-      raise ValueError("GenerationRequest.stop_strings needs Generator(tokenizer=...)")
-    p, M = self.engine.page_size, self.engine.pages_per_slot
-    if min(-(-min(n + req.max_new_tokens, max_len) // p), M) > self.engine.num_pages - 1:
-      raise ValueError(
-        f"GenerationRequest needs more pages than the engine has ({self.engine.num_pages - 1})"
-      )
-    vocab = self.engine.cfg.vocab_size
-    if min(req.prompt_tokens) < 0 or max(req.prompt_tokens) >= vocab:
-      raise ValueError(f"GenerationRequest.prompt_tokens has ids outside [0, {vocab})")
-
-  def _plan_reuse(self, req):
-    """(pages to keep, cached length, session) from the request's session or the prefix cache."""
-    prompt, p = req.prompt_tokens, self.engine.page_size
-    if self.engine.window is not None:  # evicted pages cannot be reused token-exactly
-      return [], 0, None
-    sess = self._sessions.pop(req.session_id, None) if req.session_id else None
-    if sess is not None:
-      pages, c = sess.pages, _lcp(sess.tokens, prompt)
-    else:
-      pages = self.pool.lookup_prefix(prompt)
-      c = len(pages) * p
-    c = min(c, len(prompt) - 1)  # always prefill >= 1 token to get logits
-    if c % p and c // p < len(pages) and self.pool.is_shared(pages[c // p]):
-      c -= c % p  # never write into a page someone else reads
-    keep = -(-c // p)
-    self.pool.release(pages[keep:])
-    return pages[:keep], c, sess
-
-  def _admit(self, req, fut) -> bool:
-    """Starts a request in a free slot; False (and nothing changed) if pages are short."""
-    kept, c, sess = self._plan_reuse(req)
-    n, p = len(req.prompt_tokens), self.engine.page_size
-    max_new = min(req.max_new_tokens, self.engine.max_seq_len - n)
-    need = min(-(-(n + max_new) // p), self.engine.pages_per_slot) - len(kept)
-    ok = self.pool.reserve(need)
-    while not ok and self._sessions:
-      _, old = self._sessions.popitem(last=False)  # evict the least recently used session
-      self.pool.release(old.pages)
-      ok = self.pool.reserve(need)
-    if not ok:
-      if sess is not None:  # keep what is still valid for the next try
-        self._sessions[req.session_id] = _Session(kept, list(req.prompt_tokens[:c]))
-      else:
-        self.pool.release(kept)
-      return False
-    self._jobs.append(self._start(req, fut, kept, c, need, max_new))
-    return True
-
-  def _start(self, req, fut, kept, c, need, max_new) -> _Live:
-    n, p = len(req.prompt_tokens), self.engine.page_size
-    slot = self._free_slots.pop()
-    fresh = self.pool.alloc(
-      min(-(-n // p), self.engine.pages_per_slot) - len(kept), from_reserved=True
-    )
-    pages = kept + fresh
-    self._table[slot] = kvc.NULL_PAGE
-    self._table[slot, : len(pages)] = pages
-    live = _Live(req, fut, slot, pages, need - len(fresh), n, max_new, c)
-    self._live[slot] = live
-    self._counters.update(prefills=1, prefill_tokens=n - c, cached_tokens=c)
-    return live
-
-  def _prefill_jobs(self) -> None:
-    """Prefills the requests admitted this iteration, batched by (bucket, has context).
-
-    Requests without cached context go first; prompt blocks enter the shared-prefix cache only
-    after their inserts are dispatched, so nothing reads a page before it is written.
-    """
-    eng, groups = self.engine, collections.defaultdict(list)
-    for live in self._jobs:
-      groups[(live.cached > 0, eng.bucket(len(live.req.prompt_tokens) - live.cached))].append(live)
-    for (has_ctx, T), lives in sorted(groups.items()):
-      per_call = max(1, min(self.max_prefill_batch, self.max_prefill_tokens // T))
-      for i in range(0, len(lives), per_call):
-        self._prefill_batch(lives[i : i + per_call], T, has_ctx)
-    for live in self._jobs:
-      self.pool.register_prefix(live.req.prompt_tokens, live.pages)
-    self._jobs.clear()
-
-  def _prefill_batch(self, lives, T, has_ctx) -> None:
-    eng, S = self.engine, self.engine.max_concurrent_decodes
-    B = 1
-    while B < len(lives):
-      B *= 4  # few distinct batch shapes -> few compilations
-    B = min(B, max(S, len(lives)))
-    tokens = np.zeros((B, T), np.int32)
-    start, true_len = np.zeros(B, np.int32), np.ones(B, np.int32)
-    slots = np.full(B, S, np.int32)  # out of range: padding rows are dropped by insert
-    rows = np.full((B, eng.pages_per_slot), kvc.NULL_PAGE, np.int32)
-    for b, live in enumerate(lives):
-      m = len(live.req.prompt_tokens) - live.cached
-      tokens[b, :m] = live.req.prompt_tokens[live.cached :]
-      start[b], true_len[b], slots[b] = live.cached, m, live.slot
-      rows[b] = self._table[live.slot]
-    samp = [lv.req.sampling for lv in lives] + [SamplingParams(greedy=True)] * (B - len(lives))
-    prefix = eng.prefill(
-      padded_tokens=tokens, true_length=true_len, sampling=samp, start=start,
-      context=(self._state, rows) if has_ctx else None,
-    )  # fmt: skip
-    self._state = eng.insert(prefix, self._state, slots, rows)
-    self._events.append(("first", lives, prefix.token_B, prefix.logprob_B, eng.policy_version))
-
   # -- the loop ---------------------------------------------------------------------------
   def _run(self) -> None:
     try:
@@ -368,7 +207,7 @@ class Generator:
       # Positions past the request's last token hold discarded tokens: they get no page.
       end = min(live.written + n, len(live.req.prompt_tokens) + live.max_new)
       for pos in range(live.written, end):
-        if _entry(pos // p, self.engine.window) >= len(live.pages):  # a step writes pos there
+        if page_entry(pos // p, self.engine.window) >= len(live.pages):  # a step writes pos there
           (page,) = self.pool.alloc(1, from_reserved=True)
           live.reserved -= 1
           self._table[live.slot, len(live.pages)] = page
@@ -401,7 +240,7 @@ class Generator:
         for t, lp in zip(toks, lps, strict=True)
         for lv in snapshot
       ]
-    done = []
+    done, calls = [], []
     with self._lock:
       for live, tok, lp in pairs:
         if live.done:
@@ -410,12 +249,19 @@ class Generator:
         live.logprobs.append(lp)
         live.versions.append(version)
         self._counters["tokens"] += 1
+        if live.req.on_token is not None:
+          calls.append((live.req.on_token, tok))
         reason = self._finish_reason(live, tok)
         if reason:
           done.append(self._finish(live, reason))
+    for fn, tok in calls:  # outside the lock: a callback may call back into the generator
+      try:
+        fn(tok)
+      except Exception:  # noqa: BLE001 - a broken listener must not fail the other requests
+        logging.getLogger(__name__).exception("GenerationRequest.on_token raised")
     return done
 
-  def _finish_reason(self, live: _Live, tok: int) -> str | None:
+  def _finish_reason(self, live: Live, tok: int) -> str | None:
     req = live.req
     if tok in req.stop_token_ids:
       return "stop"
@@ -427,7 +273,7 @@ class Generator:
       return "length"
     return None
 
-  def _finish(self, live: _Live, reason: str):
+  def _finish(self, live: Live, reason: str):
     live.done = True
     del self._live[live.slot]
     self._free_slots.append(live.slot)
@@ -443,7 +289,7 @@ class Generator:
       old = self._sessions.pop(req.session_id, None)
       if old is not None:
         self.pool.release(old.pages)
-      self._sessions[req.session_id] = _Session(live.pages[:keep], held[:valid])
+      self._sessions[req.session_id] = Session(live.pages[:keep], held[:valid])
     else:
       self.pool.release(live.pages)
     res = GenerationResult(

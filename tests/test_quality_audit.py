@@ -4,7 +4,7 @@ import json
 import threading
 
 from envs.quality import AuditConfig, Quarantine, RewardAuditor
-from envs.verifier import GradeResult, masked_result
+from envs.scoring import GradeResult, masked_result
 
 
 def res(passed: bool, flags=()) -> GradeResult:

@@ -14,11 +14,12 @@ import time
 
 import pytest
 
+from envs.grading import parse_junit
 from envs.hacks import HACKS_BY_NAME
 from envs.scripted_agent import NullAgent, OracleAgent
 from envs.task import BUILTIN_DIR, FileEntry, load_task
 from envs.task_env import open_task_sandbox, put_files
-from envs.verifier import Verifier, VerifierConfig, parse_junit
+from envs.verifier import Verifier, VerifierConfig
 
 PY_TASK = load_task(BUILTIN_DIR / "core" / "py-mean-off-by-one", "core")
 NAIVE = "/tmp/.agentrl-grader-naive"

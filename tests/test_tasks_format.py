@@ -309,7 +309,7 @@ def _tar(files: dict[str, bytes]) -> bytes:
   "text, line, words",
   [
     ("FROM alpine:3.19\n", 1, "not Debian"),
-    ("FROM node:20\n", 1, "not Debian"),
+    ("FROM node:20-alpine\n", 1, "not Debian"),
     ("FROM ubuntu\nFROM debian\n", 2, "multi-stage"),
     ("FROM ubuntu\nRUN wget http://example.org/f\n", 2, "network"),
     ("FROM ubuntu\nRUN curl -fsSL http://example.org/x.sh | bash\n", 2, "network"),

@@ -2,7 +2,8 @@
 
 import pytest
 
-from envs.verifier import GradeResult, masked_result, parse_junit, tamper_flags
+from envs.grading import parse_junit, tamper_flags
+from envs.scoring import GradeResult, masked_result
 
 XML = b"""<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="NONCE" errors="1" failures="1" skipped="1" tests="5">

@@ -34,7 +34,7 @@ class _Audited:
     self.on_event = on_event or (lambda kind, **kw: None)
 
   def audit(self, groups: list[Group]) -> dict:
-    from envs.verifier import GradeResult
+    from envs.scoring import GradeResult
 
     n0 = len(self.auditor.events)
     for g in sorted(groups, key=lambda g: g.group_id):

@@ -1,0 +1,68 @@
+"""The base images task Dockerfiles build on: which ones map onto the project's base image, and
+the WORKDIR / ENV of public bases that task Dockerfiles inherit without repeating them.
+
+Language images (gcc, golang, eclipse-temurin, openjdk, node, rust, maven) are Debian or
+Ubuntu plus one toolchain: they map onto the base image plus the distribution's package of
+that toolchain (installed into the task's package layer), with the image's ENV where a task
+may read it. The toolchain's version is the distribution's (a warning says so).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+
+from envs.dockerfile_syntax import DockerfileError
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BASE_NAMES = ("debian", "ubuntu", "python", "buildpack-deps")
+TOOLCHAIN_NAMES = ("gcc", "golang", "eclipse-temurin", "openjdk", "node", "rust", "maven")
+# WORKDIR / ENV of public base images that task Dockerfiles build on without repeating them.
+KNOWN_BASES: tuple[tuple[str, str | None, tuple[tuple[str, str], ...]], ...] = (
+  ("ghcr.io/laude-institute/t-bench/", "/app", ()),
+  ("python:", None, (("LANG", "C.UTF-8"),)),
+)
+
+
+def map_base(image: str, file: str, line: int, text: str) -> str:
+  """The image itself when it is Debian-like; `DockerfileError` otherwise."""
+  name = image.split("/")[-1].split("@")[0]
+  repo, _, tag = name.partition(":")
+  names = BASE_NAMES + TOOLCHAIN_NAMES
+  ok = repo in names or any(repo.startswith(b + "-") for b in BASE_NAMES)
+  if not ok or any(t in tag for t in ("alpine", "windows", "nanoserver", "ubi", "oracle")):
+    raise DockerfileError(
+      file,
+      line,
+      text,
+      f"base image {image!r} is not Debian, Ubuntu or python-slim; it cannot be mapped onto the base image",
+    )
+  return image
+
+
+def _jdk(tag: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+  major = re.match(r"\d+", tag)
+  major = major.group(0) if major else "17"
+  arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+  home = f"/usr/lib/jvm/java-{major}-openjdk-{arch}"
+  return (f"openjdk-{major}-jdk-headless",), (("JAVA_HOME", home),)
+
+
+def toolchain(image: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None:
+  """(apt packages, ENV) standing in for a language image's toolchain, or None."""
+  repo, _, tag = image.split("/")[-1].split("@")[0].partition(":")
+  if repo == "gcc":
+    return ("gcc", "g++", "make"), ()
+  if repo == "golang":
+    return ("golang-go",), (("GOPATH", "/go"), ("PATH", "/go/bin:" + DEFAULT_PATH))
+  if repo in ("eclipse-temurin", "openjdk"):
+    return _jdk(tag)
+  if repo == "maven":
+    jdk = re.search(r"(?:openjdk|temurin|eclipse-temurin)-(\d+)", tag)
+    pkgs, env = _jdk(jdk.group(1) if jdk else "17")
+    return ("maven",) + pkgs, env
+  if repo == "node":
+    return ("nodejs", "npm"), ()
+  if repo == "rust":
+    return ("rustc", "cargo"), ()
+  return None

@@ -1,0 +1,117 @@
+"""Package steps of a Dockerfile: the apt and pip packages a RUN line installs, the harness
+tools that are dropped, and the setup-script prelude that checks the packages are in the image
+(the per-task image layer installs them at build time; the sandbox has no network)."""
+
+from __future__ import annotations
+
+import re
+
+# Tools a harness or a network installer needs, never the task itself: dropped with a warning.
+HARNESS_PACKAGES = frozenset(
+  "tmux asciinema curl wget ca-certificates gnupg gnupg2 lsb-release software-properties-common "
+  "apt-transport-https apt-utils locales tzdata".split()
+)
+APT_NOOP = {
+  "update",
+  "upgrade",
+  "dist-upgrade",
+  "clean",
+  "autoclean",
+  "autoremove",
+  "purge",
+  "remove",
+}
+INSTALLER_URL = re.compile(r"astral\.sh/uv|get-pip\.py|install\.python-poetry|pypa\.io")
+
+
+def apt_install(argv: list[str]) -> list[str] | None:
+  """The packages of an `apt-get install` command line (versions dropped), or None."""
+  if not argv or argv[0] not in ("apt-get", "apt", "aptitude"):
+    return None
+  sub = next((a for a in argv[1:] if not a.startswith("-")), "")
+  if sub != "install":
+    return None
+  return [a.split("=")[0] for a in argv[2:] if not a.startswith("-") and a != "install"]
+
+
+def apt_noop(argv: list[str]) -> bool:
+  """apt housekeeping (update, clean, ...): dropped, the image layer holds the packages."""
+  if not argv or argv[0] not in ("apt-get", "apt", "aptitude"):
+    return False
+  return next((a for a in argv[1:] if not a.startswith("-")), "") in APT_NOOP
+
+
+def strip_prefix(argv: list[str]) -> list[str]:
+  while argv and (re.match(r"^\w+=", argv[0]) or argv[0] in ("sudo", "env", "-E")):
+    argv = argv[1:]
+  return argv
+
+
+def pip_args(argv: list[str]) -> list[str] | None:
+  """The requirements of a pip install command line ('-rFILE' for files), or None."""
+  if argv[:3] == ["uv", "pip", "install"]:
+    a = argv[3:]
+  elif argv and re.fullmatch(r"pip3?(\.\d+)?", argv[0]) and argv[1:2] == ["install"]:
+    a = argv[2:]
+  elif (
+    argv and re.fullmatch(r"python3?(\.\d+)?", argv[0]) and argv[1:4] == ["-m", "pip", "install"]
+  ):
+    a = argv[4:]
+  else:
+    return None
+  reqs, it = [], iter(a)
+  for t in it:
+    if t in ("-r", "--requirement"):
+      reqs.append("-r" + next(it, ""))
+    elif t in (
+      "-i",
+      "--index-url",
+      "--extra-index-url",
+      "-c",
+      "--constraint",
+      "-t",
+      "--target",
+      "-f",
+    ):
+      next(it, None)
+    elif not t.startswith("-"):
+      reqs.append(t)
+  return reqs
+
+
+PRELUDE = r"""set -u
+agentrl_fail() {
+  [ "$2" = 97 ] || echo "Dockerfile:$1: step cannot be replayed on the base image (exit $2): $3" >&2
+  exit 97
+}
+agentrl_apt() {
+  local line=$1 miss="" p; shift
+  for p in "$@"; do
+    p=${p%%:*}
+    case "$p" in python-is-python3) command -v python >/dev/null && continue;; esac
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || miss="$miss $p"
+  done
+  [ -z "$miss" ] || { echo "Dockerfile:$line: apt package(s) not in the base image (no network to install):$miss" >&2; exit 97; }
+}
+agentrl_pip() {
+  local line=$1; shift
+  python3 - "$line" "$@" <<'PY' || exit 97
+import importlib.metadata as md, re, sys
+line, reqs, miss = sys.argv[1], [], []
+for a in sys.argv[2:]:
+  if a.startswith("-r"):
+    reqs += [l.split("#")[0].strip() for l in open(a[2:]) if l.split("#")[0].strip() and not l.startswith("-")]
+  else:
+    reqs.append(a)
+for r in reqs:
+  name = re.split(r"[<>=!~\[; @]", r, maxsplit=1)[0]
+  try:
+    md.version(name)
+  except md.PackageNotFoundError:
+    miss.append(name)
+if miss:
+  sys.exit(f"Dockerfile:{line}: python package(s) not in the base image (no network to install): {' '.join(miss)}")
+PY
+}
+export -f agentrl_apt agentrl_pip
+"""

@@ -31,6 +31,10 @@ _EXTRAS = {
   "harness": ["openai==3.51.0", "mini-swe-agent==2.4.6"],
   "jetstream": ["google-jetstream==0.2.2"],
   "ray": ["ray==2.60.0"],
+  # `tensorboard --logdir WORKDIR` (the runs write event files with tensorboardX).
+  "tensorboard": ["tensorboard==2.21.0"],
+  # The quickstart notebook: .py <-> .ipynb (jupytext) and headless runs (nbconvert + kernel).
+  "notebook": ["jupytext==1.19.6", "nbconvert==7.17.2", "ipykernel==7.4.0"],
 }
 _EXTRAS["all"] = sorted({r for v in _EXTRAS.values() for r in v})
 

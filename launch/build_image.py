@@ -16,7 +16,7 @@ from __future__ import annotations
 import pathlib
 import time
 
-from absl import app, flags
+from absl import flags
 
 from envs.sandbox import image as image_lib
 
@@ -61,4 +61,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from launch import cli
+
+  cli.run(main)

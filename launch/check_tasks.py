@@ -26,6 +26,7 @@ from envs.hacks import HACKS_BY_NAME
 from envs.loading import LoadError, load_suite
 from envs.quality import GateConfig, Quarantine, TaskGateReport, check_tasks
 from envs.verifier import VerifierConfig
+from launch.cli import LaunchError
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string(
@@ -92,13 +93,13 @@ def load_report(e: LoadError) -> TaskGateReport:
 
 
 def _load(tasks_flag: str | None, only: str | None) -> tuple[list, list[LoadError]]:
-  """Tasks and load errors; SystemExit with one line when nothing would be checked."""
+  """Tasks and load errors; a LaunchError (one line, exit 2) when nothing would be checked."""
   tasks, errors = [], []
   if tasks_flag:
     try:
       tasks, errors = load_suite(tasks_flag)
     except FileNotFoundError as e:
-      raise SystemExit(f"check_tasks: --tasks: {e}") from None
+      raise LaunchError(f"--tasks: {e}") from None
   if FLAGS.procedural:
     tasks += procedural.sample(FLAGS.procedural, FLAGS.seed)
   if only:
@@ -109,9 +110,9 @@ def _load(tasks_flag: str | None, only: str | None) -> tuple[list, list[LoadErro
     known = {t.id for t in tasks} | {e.task_id for e in errors}
     unknown = sorted(k for k in keep if not any(k in (i, i.split("/")[-1]) for i in known))
     if unknown:
-      raise SystemExit(f"check_tasks: --only: no task named {', '.join(unknown)}")
+      raise LaunchError(f"--only: no task named {', '.join(unknown)}")
   if not tasks and not errors:
-    raise SystemExit(f"check_tasks: no task found under --tasks={tasks_flag!r}")
+    raise LaunchError(f"no task found under --tasks={tasks_flag!r}")
   return tasks, errors
 
 
@@ -119,11 +120,7 @@ def main(argv):
   del argv
   if not FLAGS.tasks and not FLAGS.procedural:
     raise app.UsageError("--tasks (or --procedural=N) is required")
-  try:
-    tasks, errors = _load(FLAGS.tasks, FLAGS.only)
-  except SystemExit as e:
-    print(e, file=sys.stderr)
-    return 2
+  tasks, errors = _load(FLAGS.tasks, FLAGS.only)  # before --out is created
   out_dir = pathlib.Path(FLAGS.out)
   out_dir.mkdir(parents=True, exist_ok=True)
   qpath = FLAGS.quarantine or str(out_dir / "quarantine.json")
@@ -176,4 +173,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(lambda argv: sys.exit(main(argv)))
+  from launch import cli
+
+  cli.run(lambda argv: sys.exit(main(argv)))

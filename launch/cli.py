@@ -132,6 +132,7 @@ def run(main) -> None:
   known = _known()
 
   def wrapped(argv):
+    absl_logging.get_absl_handler().setLevel(std_logging.WARNING)  # INFO: only to log_to's file
     try:
       return main(argv)
     except known as e:

@@ -191,6 +191,7 @@ def main(argv):
     "wall_s": round(time.monotonic() - t0, 1),
   }
   summary = report.write_reports(out, trials, config)
+  add_legend(out)
   if _EXPORT.value:
     flywheel.export_failures(trials, tasks, out / "flywheel")
   if _TRAIN_TASKS.value:
@@ -216,5 +217,36 @@ def main(argv):
   return 0 if summary["counts"]["infra"] == 0 else 3
 
 
+# What every column of summary.md / report.html means (envs/metrics.py has the formulas).
+LEGEND = (
+  ("pass@1", "share of graded trials that passed the hidden tests, averaged over tasks"),
+  ("pass@k", "unbiased chance that at least one of k trials passes (Chen et al. 2021)"),
+  ("tasks / trials", "tasks evaluated / graded trials (masked trials are not graded)"),
+  ("step success", "milestones reached / milestones declared, mean over trials"),
+  ("completion", "passed and every milestone reached and no constraint violated"),
+  ("forgetting", "share of trials (of tasks with constraints) that violated one"),
+  ("1st violation (turn)", "mean turn of the first constraint violation"),
+  ("turns / tokens / wall s", "mean agent turns, generated tokens, seconds per trial"),
+  ("task errors", "tasks that did not load or set up (the task's fault), not graded"),
+  ("infrastructure errors", "sandbox or engine failures after --retries, not graded"),
+  ("failure modes", "trials per failure mode of the grade (tests_failed, timeout, ...)"),
+)
+
+
+def add_legend(out: pathlib.Path) -> None:
+  """Appends the legend to summary.md and report.html."""
+  import html
+
+  md = ["", "## Legend", ""] + [f"- **{k}**: {v}" for k, v in LEGEND]
+  with open(out / "summary.md", "a") as f:
+    f.write("\n".join(md) + "\n")
+  rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in LEGEND)
+  page = (out / "report.html").read_text()
+  page = page.replace("</body>", f"<h2>Legend</h2><table>{rows}</table></body>")
+  (out / "report.html").write_text(page)
+
+
 if __name__ == "__main__":
-  app.run(lambda argv: sys.exit(main(argv)))
+  from launch import cli
+
+  cli.run(lambda argv: sys.exit(main(argv)))

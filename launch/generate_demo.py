@@ -20,7 +20,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from models import config, hf, transformer
 from models.tokenizer import ByteTokenizer
@@ -104,4 +104,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  from launch import cli
+
+  cli.run(main)

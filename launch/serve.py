@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging as logging_std
 import pathlib
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 FLAGS = flags.FLAGS
 
@@ -136,5 +136,7 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+  from launch import cli
+
   define_flags()
-  app.run(main)
+  cli.run(main)

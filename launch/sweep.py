@@ -86,8 +86,33 @@ def _result(run_dir: pathlib.Path, overrides: dict, wall_s: float, rc: int) -> d
   return row
 
 
+def check_fields(config: str, keys) -> None:
+  """Every overridden key names a field of the config (before any run starts)."""
+  import dataclasses
+
+  from rl.config import Experiment
+  from rl.runtime.run import flat_config
+
+  fields = set(flat_config(dataclasses.asdict(Experiment())))
+  bad = [k for k in keys if k not in fields]
+  if bad:
+    raise ValueError(f"{config}: unknown config field(s) {', '.join(bad)} (see --dry_run)")
+
+
+def finished_line(row: dict, done: int, total: int) -> str:
+  """One console line for a finished run: result, pass rates, wall time."""
+  if row["returncode"]:
+    return f"[sweep {done}/{total}] {row['run']}: FAILED (exit {row['returncode']}, see train.log)"
+  parts = [f"[sweep {done}/{total}] {row['run']}: done in {row['wall_s']:.0f} s"]
+  for name, label in (("train_pass", "train pass"), ("eval_pass", "held-out pass")):
+    if f"{name}_last" in row:
+      parts.append(f"{label} last {row[f'{name}_last']:.2f} best {row[f'{name}_best']:.2f}")
+  return ", ".join(parts)
+
+
 def run_sweep(config: str, workdir: str, grid, common: dict[str, str], parallel: int = 1):
   """Runs every combination; returns the result rows (also written as csv/md/png)."""
+  check_fields(config, [*common, *(k for k, _ in grid)])
   root = pathlib.Path(workdir)
   root.mkdir(parents=True, exist_ok=True)
   jobs = []
@@ -103,6 +128,7 @@ def run_sweep(config: str, workdir: str, grid, common: dict[str, str], parallel:
       run_dir, combo, cmd = pending.pop(0)
       if (run_dir / "summary.json").exists():
         rows.append(_result(run_dir, combo, 0.0, 0))
+        print(f"[sweep {len(rows)}/{len(jobs)}] {run_dir.name}: finished before, skipped")
         continue
       run_dir.mkdir(parents=True, exist_ok=True)
       log = open(run_dir / "train.log", "w")
@@ -122,7 +148,7 @@ def run_sweep(config: str, workdir: str, grid, common: dict[str, str], parallel:
         log.close()
         running.remove(item)
         rows.append(_result(run_dir, combo, time.monotonic() - t0, proc.returncode))
-        print(f"[sweep] {run_dir.name}: exit {proc.returncode}", flush=True)
+        print(finished_line(rows[-1], len(rows), len(jobs)), flush=True)
     time.sleep(0.2)
   rows.sort(key=lambda r: [j[0].name for j in jobs].index(r["run"]))
   write_results(root, rows, [j[0] for j in jobs])
@@ -162,6 +188,9 @@ def _plot(root: pathlib.Path, run_dirs) -> None:
     ax.grid(alpha=0.3)
     if ax.lines:
       ax.legend(fontsize=7)
+    else:  # say why rather than leave a blank panel
+      ax.text(0.5, 0.5, "no data in these runs\n(held-out eval needs env.eval_tasks > 0)",
+              ha="center", va="center", transform=ax.transAxes)  # fmt: skip
   fig.tight_layout()
   fig.savefig(root / "results.png", dpi=90)
   plt.close(fig)
@@ -178,5 +207,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from launch import cli
+
   define_flags()
-  app.run(main)
+  cli.run(main)

@@ -16,6 +16,7 @@ Known errors print one line and exit 2 (--verbose: with the traceback).
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from absl import flags
@@ -100,7 +101,7 @@ def main(argv):
 def final_summary(summary: dict, exp) -> str:
   """The end of a run: pass rate first -> last, eval, wall time, where things are."""
   wd = summary.get("workdir", FLAGS.workdir)
-  cmd = " ".join(sys.argv)
+  cmd = shlex.join(["python", "-m", "launch.train", *sys.argv[1:]])
   if summary.get("already_complete"):
     return f"nothing to do; to train longer: {cmd} --config.loop.steps=N --override_config"
   lines = []

@@ -2,6 +2,11 @@
 # jupyter:
 #   jupytext:
 #     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -14,7 +19,8 @@
 # A tiny byte-level policy learns a terminal task in real bubblewrap sandboxes: a short
 # supervised warm start on verified demonstrations, then GRPO on multi-turn tool-call
 # episodes graded by hidden tests. This notebook runs the toy configuration end to end
-# (a minute or two on 2 CPU cores); set `SIZE = "demo"` for the full demo (about 15 minutes).
+# (about 4 minutes cold on 2 quiet CPU cores, ~1 minute with a warm compilation cache, longer
+# under load); set `SIZE = "demo"` for the full demo (about 11 minutes).
 #
 # Set-up once per machine (Colab: run it in a cell with `!`): `bash launch/setup.sh`
 # (installs bubblewrap and the package, builds the sandbox image).
@@ -23,12 +29,18 @@
 import json
 import os
 import pathlib
+import sys
 
-from configs import demo, toy
-from rl import config as rl_config
-from rl.runtime import run as rl_run
-from rl.runtime.telemetry import read_metrics, series
-from rl.runtime.trajectory_store import TrajectoryStore
+# configs/ is a folder of the repository, not an installed package: find the repository from
+# here (`python notebooks/quickstart.py` from the root, or Jupyter started in notebooks/).
+REPO = next(p for p in (pathlib.Path.cwd(), pathlib.Path.cwd().parent) if (p / "configs").is_dir())
+sys.path.insert(0, str(REPO))
+
+from configs import demo, toy  # noqa: E402
+from rl import config as rl_config  # noqa: E402
+from rl.runtime import run as rl_run  # noqa: E402
+from rl.runtime.telemetry import read_metrics, series  # noqa: E402
+from rl.runtime.trajectory_store import TrajectoryStore  # noqa: E402
 
 SIZE = os.environ.get("AGENTRL_NOTEBOOK_SIZE", "toy")  # "toy" | "demo"
 WORKDIR = pathlib.Path(os.environ.get("AGENTRL_NOTEBOOK_WORKDIR", "/tmp/agentrl-quickstart"))

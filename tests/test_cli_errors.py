@@ -33,3 +33,45 @@ def test_export_of_a_missing_run_is_one_line(tmp_path):
   out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
   assert out.returncode == 2 and "Traceback" not in out.stderr
   assert "experiment.json" in out.stderr.strip().splitlines()[-1] or "no checkpoint" in out.stderr
+
+
+@pytest.mark.parametrize(
+  "script, args, cause",
+  [
+    ("launch.eval", ["--tasks=no/such", "--out={out}"], "is neither a folder nor a built-in"),
+    ("launch.check_tasks", ["--tasks=no/such", "--out={out}"], "--tasks: no/such: no such"),
+    ("launch.generate_demo", ["--checkpoint=no/such"], "no/such: no such checkpoint folder"),
+    ("launch.serve", ["--checkpoint=no/such"], "no/such"),
+    (
+      "launch.sweep",
+      ["--config=configs/toy.py", "--workdir={out}", "--grid=loop.stepz=1,2"],
+      "unknown config field(s) loop.stepz",
+    ),  # fmt: skip
+  ],
+)
+def test_every_script_reports_one_line_and_creates_nothing(tmp_path, script, args, cause):
+  out = tmp_path / "out"
+  cmd = [sys.executable, "-m", script, *(a.format(out=out) for a in args)]
+  p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+  assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+  last = p.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and cause in last, p.stderr[-2000:]
+  assert not out.exists()
+
+
+def test_dry_run_lists_every_field_with_its_default(tmp_path):
+  wd = tmp_path / "run"
+  cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={wd}"]
+  p = subprocess.run(cmd + ["--dry_run"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+  assert p.returncode == 0, p.stderr[-2000:]
+  import dataclasses
+
+  from rl.config import Experiment
+  from rl.runtime.run import flat_config
+
+  fields = flat_config(dataclasses.asdict(Experiment()))
+  listed = [ln.split()[0] for ln in p.stdout.splitlines() if ln.startswith("  --config.")]
+  assert listed == [f"--config.{k}" for k in fields]
+  assert "--config.loop.steps" in p.stdout and "(default " in p.stdout
+  assert p.stdout.strip().splitlines()[-1].startswith("ok: config, tasks")
+  assert not wd.exists()

@@ -29,6 +29,10 @@ def test_filter_then_sample_and_a_clean_exit(tmp_path):
   want = sorted(t.id for t in ev.sample_tasks(bu, 2, 3))
   assert sorted(t["task_id"] for t in trials) == want and len(want) == 2
   assert all(t["passed"] and t["attempts"] == 1 for t in trials)  # the reference solution
+  md = (tmp_path / "summary.md").read_text()
+  assert md.startswith("# Evaluation summary\n\npass@1 **1.000** over 2 tasks"), md[:300]
+  assert "## Legend" in md and "- **pass@1**: " in md
+  assert "<h2>Legend</h2>" in (tmp_path / "report.html").read_text()
 
 
 def test_masked_trials_after_retries_exit_3(tmp_path):

@@ -61,3 +61,29 @@ def test_notebook_executes_at_toy_size(tmp_path, monkeypatch):
   assert ns["table"].num_rows >= 2 * 4 * 4  # 2 steps x 4 groups x 4 samples, at least
   assert (tmp_path / "run" / "plots" / "pass_rate.png").exists()
   assert os.path.exists(ns["summary"]["plots"][0])
+
+
+def test_runs_as_a_script_from_the_repository_root(tmp_path):
+  """`python notebooks/quickstart.py` as the README says: sys.path[0] is the script's folder,
+  so `configs` (a repository folder, not a package) must be found by the notebook itself."""
+  import subprocess
+  import sys
+
+  first = next(src for kind, src in percent_cells(NB_PY.read_text()) if kind == "code")
+  script = tmp_path / "first_cell.py"
+  script.write_text(first + "\nprint('imports ok', toy.__name__)\n")
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  out = subprocess.run(
+    [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+  )
+  assert out.returncode == 0 and "imports ok configs.toy" in out.stdout, out.stderr[-2000:]
+
+
+def test_setup_installs_tensorboard_and_the_notebook_tools():
+  import re
+
+  text = pathlib.Path("setup.py").read_text()
+  for pkg in ("tensorboard", "jupytext", "nbconvert", "ipykernel"):
+    assert re.search(rf'"{pkg}==[0-9.]+"', text), pkg
+  assert 'pip install -q -e ".[${EXTRAS}]"' in pathlib.Path("launch/setup.sh").read_text()
+  assert 'EXTRAS="${AGENTRL_EXTRAS:-all}"' in pathlib.Path("launch/setup.sh").read_text()

@@ -1,5 +1,6 @@
 """`kill -9` of the real entry point mid-run, then resume: the same trajectory ids are trained,
-none lost, none twice; SIGTERM checkpoints and exits cleanly. Real sandboxes, orbax, Parquet."""
+none lost, none twice; Ctrl-C (SIGINT) checkpoints at the next step boundary, exits cleanly
+and prints the resume command. Real sandboxes, orbax, Parquet."""
 
 import os
 import pathlib
@@ -77,12 +78,22 @@ def _runs(tmp_path, cache, a_dir, b_dir, procs):
     b.send_signal(signal.SIGKILL)
     assert b.wait() == -signal.SIGKILL
     assert not (b_dir / "summary.json").exists()
-    b = launch(b_dir, lb)  # resume, then SIGTERM: it must checkpoint and exit cleanly
+    b = launch(
+      b_dir, lb
+    )  # resume, then Ctrl-C: it must checkpoint, exit cleanly, say how to resume
     _wait_for(b_dir / "batches" / "step-00000004.parquet", b)
-    b.send_signal(signal.SIGTERM)
+    b.send_signal(signal.SIGINT)
     assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]
+    log = (tmp_path / "b.log").read_text()
+    assert "resumed from step 2 of 5" in log and "Traceback" not in log, log[-3000:]
+    assert (
+      f"resume with:\n  python -m launch.train --config=configs/toy.py --workdir={b_dir}" in log
+    )
+    saved = sorted(int(p.name) for p in (b_dir / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved[-1] >= 4, saved  # the step boundary after the Ctrl-C was saved
     b = launch(b_dir, lb)  # resume to the end
     assert b.wait(timeout=400) == 0, (tmp_path / "b.log").read_text()[-3000:]
+    assert f"resumed from step {saved[-1]} of 5" in (tmp_path / "b.log").read_text()
     assert a.wait(timeout=400) == 0, (tmp_path / "a.log").read_text()[-3000:]
 
 

@@ -85,7 +85,8 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
   md = (tmp_path / "results.md").read_text()
   assert all(name in md for name in runs)
   assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-  assert p.stdout.count("[sweep]") >= 4  # two starts, two exits: both ran (2 at once)
+  assert p.stdout.count("[sweep] ") == 2  # two starts (2 at once) and a line as each finished:
+  assert p.stdout.count(": done in ") == 2 and "train pass last" in p.stdout, p.stdout[-3000:]
 
   for run in runs.values():  # trained on the chosen backend's sandboxes
     assert json.loads((run / "experiment.json").read_text())["env"]["backend"] == backend
@@ -119,5 +120,5 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
   before = {n: (r / "summary.json").stat().st_mtime for n, r in runs.items()}
   again = _sweep(tmp_path, backend)
   assert again.returncode == 0, again.stderr[-2000:]
-  assert "[sweep]" not in again.stdout
+  assert "[sweep] " not in again.stdout and again.stdout.count("finished before, skipped") == 2
   assert {n: (r / "summary.json").stat().st_mtime for n, r in runs.items()} == before

@@ -215,6 +215,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
     if exp.sft.steps and not resuming:
       t0 = time.monotonic()
       demo_tasks = tasks.demo_tasks(exp.sft.demos)
+      tel.phase(f"demonstrations ({len(demo_tasks)} tasks)")
       demos = demonstrations(
         demo_tasks,
         episodes,
@@ -235,7 +236,9 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
         f"[sft] {len(demos)} demonstrations of {len(demo_tasks)} tasks, {passed} pass the verifier"
       )
       demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
+      tel.phase("warm start steps", total=exp.sft.steps)
       sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
+      tel.phase(None)
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
     eval_agent = dataclasses.replace(exp.agent, greedy=exp.env.eval_greedy)
     eval_fn = functools.partial(

@@ -22,6 +22,15 @@ import time
 
 import numpy as np
 
+# Progress-bar names of the metrics the trainer shows (the rest keep their last path part).
+LABELS = {
+  "pass_rate/overall": "pass rate",
+  "reward/mean": "reward",
+  "time/idle_frac": "trainer idle",
+  "staleness/max": "max staleness",
+  "sft/nll": "nll/token",
+}
+
 
 def _clean(v):
   if isinstance(v, (np.generic,)):
@@ -60,7 +69,7 @@ class Telemetry:
       self._bar = tqdm(
         total=total_steps,
         initial=initial_step,
-        desc="train",
+        desc="RL steps",
         unit="step",
         file=sys.stderr,
         dynamic_ncols=True,
@@ -68,6 +77,22 @@ class Telemetry:
       )
     self.print_every = print_every
     self._last_step = initial_step
+    self._rl = (total_steps, initial_step)
+    self._in_phase = False
+
+  def phase(self, name: str | None, total: int | None = None) -> None:
+    """Relabels the one progress bar for a stage before RL ("demonstrations", "warm start"),
+    counting that stage's `total` steps; `phase(None)` returns it to the RL steps."""
+    self._in_phase = name is not None
+    if self._bar is None:
+      if name is not None:
+        print(f"[{name}] ...", flush=True)
+      return
+    total, initial = (total, 0) if self._in_phase else self._rl
+    self._bar.set_description(name or "RL steps", refresh=False)
+    self._bar.set_postfix_str("", refresh=False)
+    self._bar.reset(total=total)
+    self._bar.update(initial)
 
   def log(
     self, step: int, metrics: dict, *, show: tuple[str, ...] = (), progress: bool = True
@@ -82,8 +107,13 @@ class Telemetry:
       for k, v in clean.items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
           self._tb.add_scalar(k, v, step)
-    shown = {k.split("/")[-1] if k.count("/") == 1 else k: clean[k] for k in show if k in clean}
+    shown = {LABELS.get(k, k.split("/")[-1]): clean[k] for k in show if k in clean}
     if not progress:
+      if self._in_phase and self._bar is not None:  # a warm-start step: that stage's bar
+        self._bar.update(step + 1 - self._bar.n)
+        self._bar.set_postfix(
+          {LABELS.get(k, k): f"{v:.3g}" if isinstance(v, float) else v for k, v in clean.items()}
+        )
       return
     if self._bar is not None:
       self._bar.update(max(0, step - self._last_step))

@@ -31,8 +31,8 @@ import zlib
 from collections.abc import Callable, Sequence
 
 from envs.milestones import CheckingPolicy, Monitor
-from envs.sandbox.base import SandboxError
-from envs.scoring import MASKED_MODES, GradeResult, masked_result
+from envs.sandbox.base import SandboxError, SandboxExhaustedError
+from envs.scoring import MASKED_MODES, GradeResult, exhausted_result, masked_result
 from envs.scripted_agent import (
   OUT_CHARS,
   AgentRun,
@@ -191,6 +191,9 @@ def _attempt(
       outcome = agent.run(ts.sandbox, ts.task, seed, on_turn=monitor.check)
       if outcome.infra_error is None:
         monitor.check(len(outcome.turns))
+    except SandboxExhaustedError as e:
+      times["agent_s"] = time.monotonic() - t0
+      return exhausted_result(task.id, f"SandboxExhaustedError: {e}"), None, monitor, times
     except SandboxError as e:
       outcome = AgentRun(agent.name, finish_reason="infra", infra_error=f"SandboxError: {e}")
     times["agent_s"] = time.monotonic() - t0

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from envs.hacks import HACKS_BY_NAME, Hack
-from envs.sandbox.base import SandboxError
-from envs.scoring import GradeResult, masked_result
+from envs.sandbox.base import SandboxError, SandboxExhaustedError
+from envs.scoring import GradeResult, exhausted_result, masked_result
 from envs.scripted_agent import AgentRun, NullAgent, OracleAgent
 from envs.task import Task
 from envs.task_env import TaskSandbox, TaskSetupError, open_task_sandbox
@@ -147,9 +147,14 @@ def _one_run(ts: TaskSandbox, agent, verifier: Verifier) -> RunRecord:
   try:
     run: AgentRun = agent.run(ts.sandbox, task)
   except SandboxError as e:
-    res = masked_result(task.id, "sandbox_error", str(e))
+    exhausted = isinstance(e, SandboxExhaustedError)
+    res = (
+      exhausted_result(task.id, str(e))
+      if exhausted
+      else masked_result(task.id, "sandbox_error", str(e))
+    )
     return RunRecord(
-      agent.name, False, None, res.failure_mode, res.detail, (), time.monotonic() - t0, 0.0
+      agent.name, False, res.reward, res.failure_mode, res.detail, (), time.monotonic() - t0, 0.0
     )
   t1 = time.monotonic()
   res: GradeResult = verifier.grade(ts, agent_timed_out=run.timed_out)

@@ -2,7 +2,8 @@
 
 Failure modes: none, agent_timeout, test_timeout, parse_error, tamper, grader_blocked (the
 agent's: reward 0 unless tests passed; `grader_blocked` is anything in the live sandbox that
-stops the grader: a folder it cannot create, a fork bomb, a full disk), task_error (the
+stops the grader: a folder it cannot create, a fork bomb, a full disk; `resource_exhausted`: the
+agent's processes OOM-killed their own sandbox), task_error (the
 task's own set-up failed), sandbox_error, infra_error (the sandbox died, the daemon failed).
 The last three are `masked`: reward None, so the trainer drops the trajectory instead of
 learning 0; reports count task errors and infrastructure errors on their own.
@@ -25,6 +26,7 @@ FAILURE_MODES = (
   "parse_error",
   "tamper",
   "grader_blocked",
+  "resource_exhausted",
   "task_error",
   "sandbox_error",
   "infra_error",
@@ -55,6 +57,15 @@ class GradeResult:
     d = dataclasses.asdict(self)
     d["subscores"] = dict(self.subscores)
     return d
+
+
+def exhausted_result(task_id: str, detail: str, duration_s: float = 0.0) -> GradeResult:
+  """The agent's processes killed their own sandbox (OOM in its cgroup): a failure, reward 0.
+
+  Never masked: anything the agent can cause is the agent's failure (issue 16, self-masking)."""
+  return GradeResult(
+    task_id, False, 0.0, "resource_exhausted", detail=detail[-1000:], duration_s=duration_s
+  )
 
 
 def masked_result(task_id: str, mode: str, detail: str, duration_s: float = 0.0) -> GradeResult:

@@ -33,8 +33,15 @@ from envs.grader_command import (
 )
 from envs.grading import changed_sources, tamper_flags
 from envs.sandbox import system_guard
-from envs.sandbox.base import Sandbox, SandboxError
-from envs.scoring import MAX_REPORT, GradeResult, masked_result, score_pytest, score_shell
+from envs.sandbox.base import Sandbox, SandboxError, SandboxExhaustedError
+from envs.scoring import (
+  MAX_REPORT,
+  GradeResult,
+  exhausted_result,
+  masked_result,
+  score_pytest,
+  score_shell,
+)
 from envs.task import FileEntry, Task
 from envs.task_env import (
   TaskSandbox,
@@ -103,6 +110,8 @@ class Verifier:
       return masked_result(task.id, "task_error", str(e), time.monotonic() - t0)
     except (SandboxError, OSError) as e:
       why = f"{type(e).__name__}: {e}"
+      if isinstance(e, SandboxExhaustedError):  # an OOM kill in the sandbox's own cgroup
+        return exhausted_result(task.id, why, time.monotonic() - t0)
       if mode == "after" and _alive(box):
         # The sandbox is up but the grader's commands fail in it (a fork bomb, a full disk,
         # a folder it cannot write): the agent caused that, so it is the agent's failure.

@@ -13,12 +13,13 @@ from envs.sandbox.base import (
   PackageMissingError,
   Sandbox,
   SandboxError,
+  SandboxExhaustedError,
   SandboxSpec,
   TransferLimitError,
 )
 
 __all__ = [
-  "BACKENDS", "ExecResult", "PackageMissingError", "Sandbox", "SandboxError", "SandboxSpec", "TransferLimitError",
+  "BACKENDS", "ExecResult", "PackageMissingError", "Sandbox", "SandboxError", "SandboxExhaustedError", "SandboxSpec", "TransferLimitError",
   "make", "register",
 ]  # fmt: skip
 

@@ -17,6 +17,11 @@ class SandboxError(RuntimeError):
   """An infrastructure failure (the sandbox died, the daemon failed): never a task failure."""
 
 
+class SandboxExhaustedError(SandboxError):
+  """The sandbox died because its own processes exhausted its limits (an OOM kill in its
+  cgroup, e.g. tmpfs filled past the memory limit): the agent's doing, graded as a failure."""
+
+
 class PackageMissingError(SandboxError):
   """A package the spec asks for does not exist in the machine's sources (the task's defect)."""
 

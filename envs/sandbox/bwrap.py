@@ -39,7 +39,7 @@ from envs.sandbox import (
   userns,
 )
 from envs.sandbox import image as image_lib
-from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxExhaustedError, SandboxSpec
 from envs.sandbox.bwrap_host import run_setup_script
 
 # Exec wrapper: join each cgroup given before `--`, then exec the rest.
@@ -226,7 +226,10 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       raise SandboxError(f"sandbox {self.name} is closed")
     if self._dead():
       self._broken = True
-      raise SandboxError(f"sandbox {self.name} died (bwrap exit {self._proc.returncode})")
+      why = f"sandbox {self.name} died (bwrap exit {self._proc.returncode})"
+      if self._cg is not None and (self._cg.oom_kills() or 0) > 0:
+        raise SandboxExhaustedError(f"{why} after an OOM kill in its cgroup")
+      raise SandboxError(why)
 
   def _spawn_inside(self, argv, stdin, stdout, tag: str):
     self._check_open()

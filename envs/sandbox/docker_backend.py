@@ -35,7 +35,7 @@ import time
 
 from envs.sandbox import common, docker_files, docker_layer, fileops, layers
 from envs.sandbox import image as image_lib
-from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
+from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxExhaustedError, SandboxSpec
 
 CONTAINER_CAPS = (
   "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
@@ -286,7 +286,17 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
 
   def _raise_infra(self, err) -> None:
     state = "closed" if self._closed else ("alive" if self.alive else "dead")
+    if state == "dead" and self._oom_killed():
+      raise SandboxExhaustedError(f"docker exec failed (sandbox dead, OOM-killed): {err}") from err
     raise SandboxError(f"docker exec failed (sandbox {state}): {err}") from err
+
+  def _oom_killed(self) -> bool:
+    import docker.errors  # noqa: PLC0415
+
+    try:
+      return bool(self.api.inspect_container(self.id)["State"].get("OOMKilled"))
+    except docker.errors.DockerException:
+      return False
 
   def exec(self, cmd: str, timeout_s: float | None = None, stdin: str | None = None) -> ExecResult:
     t0 = time.monotonic()

@@ -12,8 +12,11 @@ from rl.runtime.telemetry import read_metrics
 
 @pytest.fixture(autouse=True)
 def _compile_cache(tmp_path_factory):
+  """Restored after: the setting is process-global."""
+  before = jax.config.jax_compilation_cache_dir
   jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.getbasetemp() / "jax_cache"))
   yield
+  jax.config.update("jax_compilation_cache_dir", before)
 
 
 def test_lora_toy_run(tmp_path):

@@ -24,8 +24,13 @@ from envs.sandbox import image as image_lib
 backend, mode, sandbox_image = testing.backend, testing.mode, testing.sandbox_image  # fixtures
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
+# A folder's st_size is its filesystem's bookkeeping (tmpfs counts entries, ext4 blocks), not
+# content: Docker's restored lower layer is ext4 while the live writable layer is a tmpfs.
 MANIFEST = r"""
-cd / && for d in "$@"; do find "$d" -mindepth 1 -printf '%p|%y|%m|%s|%T@|%l\n'; done | sort
+cd / && for d in "$@"; do
+  find "$d" -mindepth 1 ! -type d -printf '%p|%y|%m|%s|%T@|%l\n'
+  find "$d" -mindepth 1 -type d -printf '%p|%y|%m|-|%T@|%l\n'
+done | sort
 for d in "$@"; do find "$d" -type f -print0; done | sort -z | xargs -0r sha256sum
 """
 

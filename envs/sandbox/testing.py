@@ -151,7 +151,10 @@ def leak_probe() -> dict[str, object]:
   )
   cg = sorted(str(d) for p in parents for d in p.glob(f"{tag}-*"))
   run = sorted(str(d) for d in common.runtime_root().glob(f"{tag}-*"))
-  mounts = pathlib.Path("/proc/self/mountinfo").read_text().count("\n")
+  # Only mounts under this process's sandbox names (overlay roots attached at mount_dir()/NAME):
+  # the mount table is the whole host's, and other processes' sandboxes come and go in it.
+  lines = pathlib.Path("/proc/self/mountinfo").read_text().splitlines()
+  mounts = sum(f"/{tag}-" in ln for ln in lines)
   out = dict(processes=sorted(procs), cgroups=cg, state_dirs=run, mounts=mounts)
   out["uid_leases"] = _our_uid_sockets()
   out["live"] = len(common.live())

@@ -55,3 +55,10 @@ def test_every_example_is_tested(name):
 def test_task_pool():
   drawn = _main("task_pool.py")()
   assert len(drawn) >= 5 and sum(drawn.values()) == 64  # every domain listed, so all are drawn
+
+
+def test_lora_export(tmp_path):
+  res = _main("lora_export.py")(str(tmp_path))
+  assert res["rank"] == 4 and res["b_max"] > 0  # the step moved B off its zero start
+  assert res["merged_err"] <= 1e-6 and res["adapter_err"] == 0.0
+  assert (tmp_path / "adapter" / "adapter_config.json").exists()

@@ -21,7 +21,7 @@ from models import moe, quant, rope
 from models.attention import attend
 from models.config import ModelConfig
 from models.layers import dense, dtype_of, rms_norm, swiglu
-from parallel import ring_attention
+from parallel import ring_attention, zigzag
 from parallel.rules import constrain, current_mesh
 
 _ACT_BTD = ("batch", "length", "act_embed")
@@ -204,7 +204,7 @@ def _ring_layout(tokens_BT, positions_BT, segment_ids_BT, n: int, chunk: int):
     segment_ids_BT = jnp.ones_like(tokens_BT, jnp.int32)
   pad = lambda a, **kw: jnp.pad(a, ((0, 0), (0, extra)), **kw)
   padded = (pad(tokens_BT), pad(positions_BT, mode="edge"), pad(segment_ids_BT))
-  return (*(ring_attention.to_zigzag(a, n) for a in padded), c)
+  return (*(zigzag.to_zigzag(a, n) for a in padded), c)
 
 
 def _ring_mesh(cfg: ModelConfig):
@@ -279,7 +279,7 @@ def apply(
   x_BTD = embed(params, tokens_BT, cfg)
   (x_BTD, stats), _ = jax.lax.scan(_remat(body, cfg.remat), (x_BTD, stats0), params["layers"])
   if mesh is not None:
-    x_BTD = constrain(ring_attention.from_zigzag(x_BTD, n)[:, :T], _ACT_BTD)
+    x_BTD = constrain(zigzag.from_zigzag(x_BTD, n)[:, :T], _ACT_BTD)
   if logit_index_BN is not None:
     x_BTD = jnp.take_along_axis(x_BTD, logit_index_BN[..., None], axis=1)
   logits_BTV = unembed(params, x_BTD, cfg)

@@ -8,23 +8,15 @@ entirely are skipped (`lax.cond`). The backward pass is a second ring
 (custom VJP): K/V travel again together with their dK/dV accumulators, which arrive back
 at their owner after n hops; the forward saves only q, k, v, out and the log-sum-exp.
 
-Zig-zag layout. A causal mask makes late tokens attend to more keys than early ones, so
-cutting the sequence into n contiguous shards would give the last device n times the work
-of the first. Instead the sequence is cut into 2n equal chunks and device i holds chunks
-i and 2n-1-i (one early, one late):
-
-    n = 4, chunks 0..7:   device 0: [0, 7]   device 1: [1, 6]   device 2: [2, 5]   device 3: [3, 4]
-
-At ring step s device i holds the K/V of device j = (i - s) mod n. Step 0 (j == i) is the
+Zig-zag layout (`parallel/zigzag.py`): device i holds sequence chunks i and 2n-1-i of 2n. At
+ring step s device i holds the K/V of device j = (i - s) mod n. Step 0 (j == i) is the
 local causal block. For j < i every key of j's early chunk precedes every local query and
 j's late chunk follows them all: only q x (early half of kv) is computed. For j > i only
 the local late chunk sees any of j's keys, and it sees all of them: only (late half of q)
 x kv. Both are half a block, so every device does the same work at every step (Llama 3's
 context-parallel layout; ring-flash-attention calls it "zigzag").
 
-A model runs in this layout end to end: permute tokens, positions, segment ids and loss
-masks once with `to_zigzag` (host side, before sharding), pass the permuted positions to
-RoPE, and everything except attention is per-token anyway. `from_zigzag` undoes it.
+A model runs in this layout end to end (`zigzag.to_zigzag` / `from_zigzag`).
 
 Masking is by positions and segment ids, exactly as `models/attention.py` (`attend`): key
 s is visible to query t iff seg[s] != 0 and seg[t] == seg[s] and (not causal or
@@ -47,42 +39,10 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from parallel import rules as rules_lib
+from parallel.zigzag import zigzag_indices
 
 # Finite "minus infinity": exp() of it is exactly 0 in fp32 and it never makes inf - inf.
 _NEG = -0.7 * float(np.finfo(np.float32).max)
-
-
-# --------------------------------------------------------------------------- layout
-
-
-def zigzag_indices(seq_len: int, n: int) -> np.ndarray:
-  """Natural positions in zig-zag order: `x_layout = x[..., zigzag_indices(T, n)]`."""
-  if n < 1 or seq_len % (2 * n):
-    raise ValueError(f"zig-zag layout needs seq_len ({seq_len}) divisible by 2 * n ({2 * n})")
-  chunks = np.arange(seq_len).reshape(2 * n, seq_len // (2 * n))
-  order = [c for i in range(n) for c in (i, 2 * n - 1 - i)]
-  return chunks[order].reshape(-1)
-
-
-def _reorder_chunks(x, order, axis):
-  """Concatenates the len(order) equal chunks of `axis` in `order` (static slices, no gather)."""
-  axis %= x.ndim
-  c = x.shape[axis] // len(order)
-  parts = [x[(slice(None),) * axis + (slice(i * c, (i + 1) * c),)] for i in order]
-  return (np if isinstance(x, np.ndarray) else jnp).concatenate(parts, axis)
-
-
-def to_zigzag(x, n: int, axis: int = 1):
-  """Reorders the sequence axis of `x` (NumPy or JAX) from natural into zig-zag order."""
-  zigzag_indices(x.shape[axis], n)  # validates the length
-  return _reorder_chunks(x, [c for i in range(n) for c in (i, 2 * n - 1 - i)], axis)
-
-
-def from_zigzag(x, n: int, axis: int = 1):
-  """Inverse of `to_zigzag`."""
-  zigzag_indices(x.shape[axis], n)
-  order = [c for i in range(n) for c in (i, 2 * n - 1 - i)]
-  return _reorder_chunks(x, list(np.argsort(order)), axis)
 
 
 # --------------------------------------------------------------------------- one block

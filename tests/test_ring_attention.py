@@ -16,6 +16,7 @@ import pytest
 from models import attention, transformer
 from models.config import tiny
 from parallel import ring_attention as ra
+from parallel import zigzag as zz
 from parallel.mesh import MeshConfig, make_mesh
 
 TOL = dict(rtol=1e-5, atol=1e-5)  # fp32 against fp32/fp64 references
@@ -53,7 +54,7 @@ def _inputs(b=2, t=64, h=4, kh=2, d=8, seed=0):
 def _ring_fwd_grads(mesh, q, k, v, do, pos, seg, causal, chunk):
   """Ring attention in zig-zag layout; returns forward and d(sum(out*do))/d(q,k,v), natural order."""
   n = mesh.shape["sequence"]
-  z, unz = (lambda x: ra.to_zigzag(x, n)), (lambda x: ra.from_zigzag(np.asarray(x), n))
+  z, unz = (lambda x: zz.to_zigzag(x, n)), (lambda x: zz.from_zigzag(np.asarray(x), n))
   pos_z, seg_z, do_z = z(pos), z(seg), z(do)
 
   def loss(q, k, v):
@@ -82,13 +83,13 @@ def _full_fwd_grads(q, k, v, do, pos, seg, causal):
 
 def test_zigzag_layout_by_hand():
   # 8 tokens, 2 devices -> 4 chunks of 2: device 0 holds chunks 0 and 3, device 1 chunks 1, 2.
-  np.testing.assert_array_equal(ra.zigzag_indices(8, 2), [0, 1, 6, 7, 2, 3, 4, 5])
+  np.testing.assert_array_equal(zz.zigzag_indices(8, 2), [0, 1, 6, 7, 2, 3, 4, 5])
   x = np.arange(3 * 16).reshape(3, 16)
-  np.testing.assert_array_equal(ra.to_zigzag(x, 4), x[:, ra.zigzag_indices(16, 4)])
-  np.testing.assert_array_equal(ra.from_zigzag(ra.to_zigzag(x, 4), 4), x)
-  np.testing.assert_array_equal(ra.from_zigzag(ra.to_zigzag(x.T, 4, axis=0), 4, axis=0), x.T)
+  np.testing.assert_array_equal(zz.to_zigzag(x, 4), x[:, zz.zigzag_indices(16, 4)])
+  np.testing.assert_array_equal(zz.from_zigzag(zz.to_zigzag(x, 4), 4), x)
+  np.testing.assert_array_equal(zz.from_zigzag(zz.to_zigzag(x.T, 4, axis=0), 4, axis=0), x.T)
   with pytest.raises(ValueError, match="divisible by 2 \\* n"):
-    ra.zigzag_indices(12, 4)
+    zz.zigzag_indices(12, 4)
 
 
 def test_zigzag_balances_causal_work():
@@ -99,7 +100,7 @@ def test_zigzag_balances_causal_work():
   def work(order):
     return [int(np.sum(order[i * local : (i + 1) * local] + 1)) for i in range(n)]
 
-  zig = work(ra.zigzag_indices(t, n))
+  zig = work(zz.zigzag_indices(t, n))
   assert len(set(zig)) == 1 and sum(zig) == t * (t + 1) // 2
   contiguous = work(np.arange(t))
   assert max(contiguous) > 10 * min(contiguous)
@@ -114,13 +115,13 @@ def test_hand_case_running_mean():
   t = 16
   v = np.arange(2 * t, dtype=np.float32).reshape(1, t, 1, 2)
   q = np.zeros((1, t, 1, 2), np.float32)
-  out = ra.ring_attention(ra.to_zigzag(q, 8), ra.to_zigzag(q, 8), ra.to_zigzag(v, 8), mesh=mesh)
+  out = ra.ring_attention(zz.to_zigzag(q, 8), zz.to_zigzag(q, 8), zz.to_zigzag(v, 8), mesh=mesh)
   expected = np.cumsum(v, axis=1) / np.arange(1, t + 1)[None, :, None, None]
-  np.testing.assert_allclose(ra.from_zigzag(np.asarray(out), 8), expected, **TOL)
+  np.testing.assert_allclose(zz.from_zigzag(np.asarray(out), 8), expected, **TOL)
   # So does scale=0 with any q and k.
-  qk = ra.to_zigzag(np.random.default_rng(0).standard_normal((1, t, 1, 2), np.float32), 8)
-  out = ra.ring_attention(qk, qk, ra.to_zigzag(v, 8), mesh=mesh, scale=0.0)
-  np.testing.assert_allclose(ra.from_zigzag(np.asarray(out), 8), expected, **TOL)
+  qk = zz.to_zigzag(np.random.default_rng(0).standard_normal((1, t, 1, 2), np.float32), 8)
+  out = ra.ring_attention(qk, qk, zz.to_zigzag(v, 8), mesh=mesh, scale=0.0)
+  np.testing.assert_allclose(zz.from_zigzag(np.asarray(out), 8), expected, **TOL)
 
 
 @pytest.mark.parametrize(
@@ -184,7 +185,7 @@ def test_transformer_in_zigzag_layout_with_ring_matches_apply():
   mesh = make_mesh(MeshConfig(data=2, sequence=4, fsdp=1))
   n, b, t = 4, 2, 64
   tokens = np.random.default_rng(0).integers(0, 64, (b, t)).astype(np.int32)
-  pos_z = ra.to_zigzag(np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)), n)
+  pos_z = zz.to_zigzag(np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)), n)
 
   @jax.jit
   def ring_logits(params, tokens_z):
@@ -195,7 +196,7 @@ def test_transformer_in_zigzag_layout_with_ring_matches_apply():
       x, _ = transformer.layer_finish(lp, x, ra.ring_attention(q, k, v, mesh=mesh, chunk=4), cfg)
     return transformer.unembed(params, x, cfg)
 
-  got = ra.from_zigzag(np.asarray(ring_logits(params, ra.to_zigzag(tokens, n))), n)
+  got = zz.from_zigzag(np.asarray(ring_logits(params, zz.to_zigzag(tokens, n))), n)
   want = np.asarray(jax.jit(lambda p, x: transformer.apply(p, x, cfg))(params, tokens))
   np.testing.assert_allclose(got, want, **TOL)
 

@@ -19,6 +19,7 @@ import pytest
 from models import rope, transformer
 from models.config import RopeScaling, tiny
 from parallel import ring_attention as ra
+from parallel import zigzag as zz
 from parallel.mesh import MeshConfig, make_mesh
 
 TRAIN_LEN, RUN_LEN, FACTOR = 128, 512, 4.0
@@ -125,7 +126,7 @@ def test_extended_model_with_ring_attention_matches_apply():
   params = transformer.init(cfg, jax.random.key(1))
   mesh, n = make_mesh(MeshConfig(sequence=8, fsdp=1)), 8
   tokens = np.random.default_rng(1).integers(0, 64, (1, RUN_LEN)).astype(np.int32)
-  pos_z = ra.to_zigzag(np.arange(RUN_LEN, dtype=np.int32)[None], n)
+  pos_z = zz.to_zigzag(np.arange(RUN_LEN, dtype=np.int32)[None], n)
 
   @jax.jit
   def ring_logits(params, tokens_z):
@@ -135,5 +136,5 @@ def test_extended_model_with_ring_attention_matches_apply():
     x, _ = transformer.layer_finish(lp, x, ra.ring_attention(q, k, v, mesh=mesh, chunk=16), cfg)
     return transformer.unembed(params, x, cfg)
 
-  got = ra.from_zigzag(np.asarray(ring_logits(params, ra.to_zigzag(tokens, n))), n)
+  got = zz.from_zigzag(np.asarray(ring_logits(params, zz.to_zigzag(tokens, n))), n)
   np.testing.assert_allclose(got, _logits(cfg, params, tokens), **TOL)

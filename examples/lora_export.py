@@ -1,4 +1,4 @@
-"""The README's LoRA export, runnable: one LoRA update step, then the merged HF folder and the
+"""The README's LoRA export, runnable: two LoRA update steps, then the merged HF folder and the
 PEFT adapter folder, both read back.
 
   python examples/lora_export.py [OUT]    # a tiny model on one CPU device; OUT: a new folder
@@ -7,6 +7,8 @@ Sizes are tiny; the calls are the README's (`peft_io.save_merged / save_adapters
 load_adapters`), after the same update step as examples/update_step.py.
 """
 
+import os
+import runpy
 import sys
 import tempfile
 
@@ -21,24 +23,10 @@ from rl.packing import pack
 from rl.train_state import create_train_state, policy_params
 from rl.train_step import make_train_step
 
-
-def trajectories(n: int = 8, group: int = 4, seed: int = 0) -> list[dict]:
-  """Stand-ins for finished episodes (as in examples/update_step.py)."""
-  rng = np.random.default_rng(seed)
-  out = []
-  for i in range(n):
-    length = int(rng.integers(8, 24))
-    loss_mask = (np.arange(length) >= length // 2).astype(np.float32)
-    out.append(
-      dict(
-        tokens=rng.integers(1, 256, length),
-        loss_mask=loss_mask,
-        behaviour_logprobs=np.full(length, -2.0, np.float32),
-        reward=float(i % 2),
-        group_id=i // group,
-      )
-    )
-  return out
+# The stand-in episodes of examples/update_step.py (run as a file: examples/ is not a package).
+trajectories = runpy.run_path(os.path.join(os.path.dirname(__file__), "update_step.py"))[
+  "trajectories"
+]
 
 
 def main(out: str | None = None) -> dict:

@@ -209,14 +209,21 @@ class ArchiveFileOps:
     try:
       (self.api.pause if on else self.api.unpause)(self.id)
       return True
-    except Exception as e:  # noqa: BLE001
+    except Exception:  # noqa: BLE001
       if on:
         return False
-      # Thawing a container that is running already (the daemon answers 500 "is not paused",
-      # seen under load) has reached what it was for; anything else is an error.
-      if "is not paused" in str(e):
+      # A thaw whose container is not paused (the daemon answered 500 "is not paused" under
+      # load) has reached what it was for; a container still paused is an error.
+      if self._paused() is False:
         return True
       raise
+
+  def _paused(self) -> bool | None:
+    """Whether the daemon reports the container paused (None: it cannot say)."""
+    try:
+      return bool(self.api.inspect_container(self.id)["State"]["Paused"])
+    except Exception:  # noqa: BLE001
+      return None
 
   def kill_strays(self) -> None:
     self._check_open()

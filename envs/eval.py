@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import pathlib
+import threading
 import time
 import types
 import uuid
@@ -76,10 +77,15 @@ class PolicyAgent:
 
   name = "policy"
 
-  def __init__(self, policy, tokenizer, agent_cfg=None, system_prompt: str | None = None):
+  def __init__(
+    self, policy, tokenizer, agent_cfg=None, system_prompt: str | None = None, record: int = 0
+  ):
+    """record: keep the segments (tokens, mask, behaviour log-probs) of the first `record`
+    finished episodes in `self.segments` (rl.runtime.mismatch scores them)."""
     from envs import agent as agent_lib  # jax-backed; imported only when a model is evaluated
 
     self.policy = policy
+    self.record, self.segments, self._lock = record, [], threading.Lock()
     self.agent_cfg = agent_cfg or agent_lib.AgentConfig()
     # None: the protocol's own default prompt (tool_call's, or the versioned markdown-bash file)
     self.fmt = agent_lib.make_format(self.agent_cfg.protocol, tokenizer, system_prompt)
@@ -102,6 +108,10 @@ class PolicyAgent:
       episode_id=f"{task.id}#{seed}#{uuid.uuid4().hex[:8]}",
       seed=seed,
     )
+    with self._lock:
+      if self.record > 0 and ep.infra_error is None:
+        self.record -= 1
+        self.segments.extend(ep.segments)
     turns = [{k: getattr(t, k) for k in _POLICY_TURN_KEYS} for t in ep.turns]
     timed_out = ep.finish_reason == "time_budget"
     return AgentRun(

@@ -55,6 +55,21 @@ _SYSTEM_PROMPT = flags.DEFINE_string(
   None,
   "Policy: system prompt (default: the protocol's; markdown_bash_v2: few-shot).",
 )
+_ENGINE_DTYPE = flags.DEFINE_enum(
+  "engine_dtype", "", ["", "float32", "bfloat16"], "Policy: engine compute dtype ('': model's)."
+)
+_WEIGHT_DTYPE = flags.DEFINE_enum(
+  "weight_dtype", "float32", ["float32", "int8"], "Policy: engine weights (int8: W8A8)."
+)
+_KV_DTYPE = flags.DEFINE_enum(
+  "kv_dtype", "float32", ["float32", "bfloat16", "int8"], "Policy: engine KV cache dtype."
+)
+_MISMATCH = flags.DEFINE_integer(
+  "mismatch_episodes",
+  16,
+  "Policy: score this many episodes' tokens with the trainer's fp32 forward and report the "
+  "train-inference mismatch (0: skip).",
+)
 _EXPORT = flags.DEFINE_bool("export_failures", True, "Export failed episodes to OUT/flywheel.")
 _PROCEDURAL = flags.DEFINE_string(
   "procedural", None, "Procedural families to add (comma-separated, or 'all'): held-out seeds."
@@ -115,6 +130,7 @@ def _agent():
   if not _CHECKPOINT.value:
     raise app.UsageError("--agent=policy needs --checkpoint")
   from envs.agent import AgentConfig  # imports jax: only for the policy
+  from rl.config import EngineConfig
   from rl.runtime import replica
 
   cfg = AgentConfig(
@@ -126,9 +142,13 @@ def _agent():
     temperature=_TEMPERATURE.value,
     protocol=_PROTOCOL.value,
   )
-  return replica.policy_from_checkpoint(
-    _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value, _SYSTEM_PROMPT.value
+  engine = EngineConfig(
+    dtype=_ENGINE_DTYPE.value, weight_dtype=_WEIGHT_DTYPE.value, kv_dtype=_KV_DTYPE.value
   )
+  return replica.policy_from_checkpoint(
+    _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value, _SYSTEM_PROMPT.value,
+    engine, record=_MISMATCH.value,
+  )  # fmt: skip
 
 
 def main(argv):
@@ -173,6 +193,7 @@ def main(argv):
   finally:
     close()
   trials += [e.record() for e in load_errors]
+  mismatch = _mismatch(agent)
   config = {
     "tasks": _TASKS.value,
     "agent": _AGENT.value,
@@ -190,7 +211,11 @@ def main(argv):
     "load_errors": len(load_errors),
     "wall_s": round(time.monotonic() - t0, 1),
   }
+  if mismatch is not None:
+    config["mismatch"] = mismatch
   summary = report.write_reports(out, trials, config)
+  if mismatch is not None:
+    add_section(out, "Train-inference mismatch", _mismatch_lines(mismatch))
   add_legend(out)
   if _EXPORT.value:
     flywheel.export_failures(trials, tasks, out / "flywheel")
@@ -209,12 +234,53 @@ def main(argv):
         "pass@1_all": summary["pass@1_all"],
         "counts": summary["counts"],
         "failure_modes": summary["failure_modes"],
+        "mismatch": mismatch,
         "out": str(out),
       },
       indent=1,
     )
   )
   return 0 if summary["counts"]["infra"] == 0 else 3
+
+
+def _mismatch(agent) -> dict | None:
+  """The recorded episodes' mismatch against the trainer's fp32 forward (policy agent only)."""
+  if getattr(agent, "model", None) is None:
+    return None
+  from rl.runtime import mismatch
+
+  model_cfg, params = agent.model
+  tier = {"dtype": _ENGINE_DTYPE.value or model_cfg.dtype, "weights": _WEIGHT_DTYPE.value,
+          "kv": _KV_DTYPE.value}  # fmt: skip
+  segs = agent.segments
+  return {"engine": tier, "segments": len(segs), **mismatch.score(model_cfg, params, segs)}
+
+
+def _mismatch_lines(m: dict) -> list[str]:
+  e = m["engine"]
+  if not m["tokens"]:
+    return [f"No policy token was recorded (engine {e})."]
+  return [
+    f"Engine tier: compute {e['dtype']}, weights {e['weights']}, KV cache {e['kv']}; trainer: "
+    f"the update step's fp32 forward over the same tokens ({m['tokens']} policy tokens of "
+    f"{m['segments']} segments).",
+    "",
+    "| mean abs log-prob diff | max abs log-prob diff | KL(engine, trainer), k3 |",
+    "|---|---|---|",
+    f"| {m['mean']:.3g} | {m['max']:.3g} | {m['kl']:.3g} |",
+  ]
+
+
+def add_section(out: pathlib.Path, title: str, lines: list[str]) -> None:
+  """Appends a markdown section to summary.md and the same text, preformatted, to report.html."""
+  import html
+
+  with open(out / "summary.md", "a") as f:
+    f.write("\n".join(["", f"## {title}", "", *lines]) + "\n")
+  page = (out / "report.html").read_text()
+  body = html.escape("\n".join(lines))
+  page = page.replace("</body>", f"<h2>{html.escape(title)}</h2><pre>{body}</pre></body>")
+  (out / "report.html").write_text(page)
 
 
 # What every column of summary.md / report.html means (envs/metrics.py has the formulas).
@@ -230,6 +296,7 @@ LEGEND = (
   ("task errors", "tasks that did not load or set up (the task's fault), not graded"),
   ("infrastructure errors", "sandbox or engine failures after --retries, not graded"),
   ("failure modes", "trials per failure mode of the grade (tests_failed, timeout, ...)"),
+  ("mismatch", "|engine log-prob - trainer fp32 log-prob| per sampled token; KL k3 estimate"),
 )
 
 

@@ -248,12 +248,22 @@ class EngineConfig:
   # requests finish on the old weights and re-prefills a session's context under the new ones
   # (every token's behaviour log-prob is its tagged version's); "keep": swap at once, keep K/V.
   kv_on_swap: str = "reprefill"
+  # Precision tier of the engine (the trainer stays on the model config's): compute dtype
+  # ("" = the model's, or "bfloat16"), weights ("float32" or "int8": W8A8) and KV cache
+  # ("float32", "bfloat16" or "int8"). train/mismatch_* measures what a tier costs.
+  dtype: str = ""
+  weight_dtype: str = "float32"
+  kv_dtype: str = "float32"
 
   def __post_init__(self):
     if self.kv_on_swap not in ("reprefill", "keep"):
       raise ValueError(
         f"EngineConfig.kv_on_swap must be 'reprefill' or 'keep', got {self.kv_on_swap!r}"
       )
+    for f, ok in (("dtype", ("", "float32", "bfloat16")), ("weight_dtype", ("float32", "int8")),
+                  ("kv_dtype", ("float32", "bfloat16", "int8"))):  # fmt: skip
+      if getattr(self, f) not in ok:
+        raise ValueError(f"EngineConfig.{f} must be one of {ok}, got {getattr(self, f)!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,6 +66,11 @@ def test_policy_is_reproducible_under_greedy_decoding(tmp_path):
   r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]
   first = json.loads((out / "results.json").read_text())["trials"]
+  # The report states the engine's train-inference mismatch: fp32 engine vs fp32 trainer.
+  mm = json.loads((out / "results.json").read_text())["config"]["mismatch"]
+  assert mm["engine"] == {"dtype": "float32", "weights": "float32", "kv": "float32"}
+  assert mm["tokens"] == sum(t["tokens"] for t in first) > 0 and mm["max"] <= 1e-5, mm
+  assert "## Train-inference mismatch" in (out / "summary.md").read_text()
 
   tasks = ev.resolve_tasks(str(task_dir))
   agent, close = replica.policy_from_checkpoint(

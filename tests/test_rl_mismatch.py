@@ -7,12 +7,11 @@ prefill + decode), packed by rl.packing and scored by the jitted rl.train_step u
 
 import jax
 import numpy as np
+import sampled
 
 from models import transformer
 from models.config import tiny
 from models.engine import Engine
-from models.generator import GenerationRequest, Generator
-from models.sampling import SamplingParams
 from parallel.mesh import single_device_mesh
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.packing import pack
@@ -27,19 +26,9 @@ FAST = {"xla_backend_optimization_level": 0}
 
 def _sample(params, n=8):
   """n sampled completions (temperature 1, own seed each) of random prompts: trajectories."""
-  gen = Generator(Engine(CFG, params, max_concurrent_decodes=4, max_seq_len=64), warmup=False)
-  rng = np.random.default_rng(0)
-  prompts = [rng.integers(1, CFG.vocab_size, int(rng.integers(3, 12))).tolist() for _ in range(n)]
-  try:
-    reqs = [
-      GenerationRequest(p, max_new_tokens=12, sampling=SamplingParams(seed=i))
-      for i, p in enumerate(prompts)
-    ]
-    results = gen.generate(reqs)
-  finally:
-    gen.close()
+  engine = Engine(CFG, params, max_concurrent_decodes=4, max_seq_len=64)
   trajs = []
-  for i, (p, r) in enumerate(zip(prompts, results, strict=True)):
+  for i, (p, r) in enumerate(sampled.sample(engine, CFG.vocab_size, n)):
     assert r.finish_reason == "length" and len(r.tokens) == 12
     tokens = np.asarray(p + r.tokens, np.int32)
     # Entry t scores tokens[t]: the prompt carries no behaviour log-prob and no loss.

@@ -30,11 +30,13 @@ def make_engine(model_cfg, params, cfg: EngineConfig, version: int = 0):
   from models.engine import Engine
 
   return Engine(
-    model_cfg,
+    model_cfg.replace(dtype=cfg.dtype) if cfg.dtype else model_cfg,
     params,
     max_concurrent_decodes=cfg.slots,
     max_seq_len=cfg.max_seq_len or None,
     page_size=cfg.page_size,
+    kv_dtype=cfg.kv_dtype,
+    weight_dtype=cfg.weight_dtype,
     version=version,
   )
 
@@ -160,7 +162,7 @@ def tokenizer_corpus(tasks, n: int, system_prompt: str) -> list[str]:
 
 def policy_from_checkpoint(
   checkpoint: str, tokenizer: str = "auto", agent_cfg=None, concurrency: int = 1,
-  system_prompt: str | None = None,
+  system_prompt: str | None = None, engine: EngineConfig | None = None, record: int = 0,
 ):  # fmt: skip
   """A PolicyAgent over a checkpoint, and a function that shuts it down.
 
@@ -169,6 +171,9 @@ def policy_from_checkpoint(
   tokenizer: `auto` (the checkpoint's tokenizer.json; the byte tokenizer if it has none),
   `byte` (models.tokenizer.ByteTokenizer) or a folder holding tokenizer.json.
   system_prompt: None for the protocol's own (markdown_bash_v<N> picks a version's file).
+  engine: its precision tier (dtype, weight_dtype, kv_dtype); slots and length come from here.
+  record: keep the first `record` episodes' segments and the fp32 params on the agent
+  (`agent.segments`, `agent.model`) for rl.runtime.mismatch.
   """
   from envs.eval import PolicyAgent
   from models import hf
@@ -191,5 +196,8 @@ def policy_from_checkpoint(
     )
   max_len = min(model_cfg.max_seq_len, agent_cfg.max_context_tokens)
   agent_cfg = dataclasses.replace(agent_cfg, max_context_tokens=max_len)
-  gen = generator(model_cfg, params, tok, EngineConfig(slots=concurrency, max_seq_len=max_len))
-  return PolicyAgent(gen, tok, agent_cfg, system_prompt), gen.close
+  engine = dataclasses.replace(engine or EngineConfig(), slots=concurrency, max_seq_len=max_len)
+  gen = generator(model_cfg, params, tok, engine)
+  agent = PolicyAgent(gen, tok, agent_cfg, system_prompt, record=record)
+  agent.model = (model_cfg, params) if record else None
+  return agent, gen.close

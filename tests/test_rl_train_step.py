@@ -6,14 +6,22 @@ import functools
 import jax
 import numpy as np
 import pytest
-from train_step_setup import DENSE, FAST, OPT, assert_trees_close, batch_of, run_steps, trajectories
+from train_step_setup import (
+  DENSE,
+  FAST,
+  OPT,
+  assert_trees_close,
+  batch_of,
+  grpo_batch,
+  run_steps,
+  trajectories,
+)
 
 from models import transformer
 from models.config import tiny
 from parallel.mesh import MeshConfig, make_mesh, single_device_mesh
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.layout import Layout, logit_count, plan, shared_prefix
-from rl.packing import pack
 from rl.train_state import create_train_state
 from rl.train_step import compute_grads, make_compute_logprobs, make_train_step, target_mask
 
@@ -259,32 +267,6 @@ def test_logits_at_loss_tokens_step_equals_full_logits_sharded():
   np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
   assert_trees_close(m, ref_m, rtol=1e-4, atol=1e-6)
   assert_trees_close(state.params, ref_state.params, rtol=1e-4, atol=1e-6)
-
-
-def grpo_batch(prompts=4, group=4, prompt_len=18, new=14, seed=7):
-  """Single-turn GRPO rows, one sequence each: G consecutive rows per prompt; every third
-  completion stops early (padding after it)."""
-  rng = np.random.default_rng(seed)
-  trajs = []
-  for i in range(prompts):
-    prompt = rng.integers(1, 64, prompt_len)
-    for _ in range(group):
-      tokens = np.concatenate([prompt, rng.integers(1, 64, new)])
-      trajs.append(
-        dict(
-          tokens=tokens,
-          loss_mask=np.r_[np.zeros(prompt_len), np.ones(new)].astype(np.float32),
-          behaviour_logprobs=(-rng.random(len(tokens)) * 3).astype(np.float32),
-          reward=float(rng.integers(0, 2)),
-          group_id=i,
-        )
-      )
-  batch = pack(trajs, prompt_len + new, max_segments=1)[0]
-  for r in range(0, prompts * group, 3):
-    stop = int(rng.integers(prompt_len + 2, prompt_len + new))
-    for k in ("tokens_BT", "positions_BT", "segment_ids_BT", "loss_mask_BT"):
-      batch[k][r, stop:] = 0
-  return batch
 
 
 def test_layout_plan_by_hand():

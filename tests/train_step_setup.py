@@ -57,3 +57,29 @@ def run_steps(model_cfg, cfg, mesh, batch, n=2):
 def assert_trees_close(a, b, rtol, atol):
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def grpo_batch(prompts=4, group=4, prompt_len=18, new=14, seed=7, vocab=64):
+  """Single-turn GRPO rows, one sequence each: G consecutive rows per prompt; every third
+  completion stops early (padding after it)."""
+  rng = np.random.default_rng(seed)
+  trajs = []
+  for i in range(prompts):
+    prompt = rng.integers(1, vocab, prompt_len)
+    for _ in range(group):
+      tokens = np.concatenate([prompt, rng.integers(1, vocab, new)])
+      trajs.append(
+        dict(
+          tokens=tokens,
+          loss_mask=np.r_[np.zeros(prompt_len), np.ones(new)].astype(np.float32),
+          behaviour_logprobs=(-rng.random(len(tokens)) * 3).astype(np.float32),
+          reward=float(rng.integers(0, 2)),
+          group_id=i,
+        )
+      )
+  batch = pack(trajs, prompt_len + new, max_segments=1)[0]
+  for r in range(0, prompts * group, 3):
+    stop = int(rng.integers(prompt_len + 2, prompt_len + new))
+    for k in ("tokens_BT", "positions_BT", "segment_ids_BT", "loss_mask_BT"):
+      batch[k][r, stop:] = 0
+  return batch

@@ -62,3 +62,19 @@ def test_lora_export(tmp_path):
   assert res["rank"] == 4 and res["b_max"] > 0  # the step moved B off its zero start
   assert res["merged_err"] <= 1e-6 and res["adapter_err"] == 0.0
   assert (tmp_path / "adapter" / "adapter_config.json").exists()
+
+
+def test_gateway_harness():
+  run = _main("gateway_harness.py")
+  out = run("tiny")  # a real Generator behind the HTTP API: graded, captured, not solved
+  assert out.infra_error is None and not out.passed
+  assert out.harness_result["exit_status"] == "LimitsExceeded"
+  ep = out.episode
+  assert ep.generated_tokens > 0 and len(ep.segments) == 2 and ep.elisions == 1
+  for seg in ep.segments:
+    policy = [
+      (lp, v) for lp, v, m in zip(seg.logprobs, seg.versions, seg.loss_mask, strict=True) if m
+    ]
+    assert policy and all(lp <= 0 and v == 0 for lp, v in policy)
+  solved = run("oracle")  # mini-swe-agent's bash tool replaying the reference solution
+  assert solved.passed and solved.reward == 1.0 and solved.episode.elisions == 0

@@ -77,3 +77,10 @@ def test_bad_paths_are_one_line_errors(tmp_path):
   (tmp_path / "experiment.json").write_text("{}")
   with pytest.raises(export.CheckpointError, match="no checkpoint under"):
     export.resolve_checkpoint(tmp_path)
+
+
+def test_export_prints_no_orbax_metadata_warning(tmp_path, caplog):
+  wd, _ = _run_dir(tmp_path)  # orbax warned once per export that _CHECKPOINT_METADATA was missing
+  with caplog.at_level("WARNING"):
+    export.export(wd, tmp_path / "hf", step="latest")
+  assert [r.getMessage() for r in caplog.records if "METADATA" in r.getMessage()] == []

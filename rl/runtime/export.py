@@ -12,7 +12,9 @@ as for any folder without one) but does write its chat template (chat_template.j
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import pathlib
 
 import numpy as np
@@ -84,17 +86,35 @@ def load_params(workdir, step: int):
   cfg = _model_config(_experiment(workdir))
   path = (workdir / "checkpoints" / str(step) / "state").absolute()
   ckptr = ocp.PyTreeCheckpointer()
-  try:
-    meta = ckptr.metadata(path)
-  except (FileNotFoundError, ValueError) as e:
-    raise CheckpointError(f"{path}: not an orbax train state ({e})") from None
-  tree = getattr(meta, "item_metadata", meta)
-  tree = getattr(tree, "tree", tree)
-  # Restored as host NumPy arrays, so any device count (or none of the run's) can export.
-  # (The whole state is read: this orbax has no partial restore; the optimizer moments are
-  # dropped right after.)
-  out = ckptr.restore(path, args=ocp.args.PyTreeRestore(restore_args=_restore_args(tree)))
+  with _no_step_metadata_warning():
+    try:
+      meta = ckptr.metadata(path)
+    except (FileNotFoundError, ValueError) as e:
+      raise CheckpointError(f"{path}: not an orbax train state ({e})") from None
+    tree = getattr(meta, "item_metadata", meta)
+    tree = getattr(tree, "tree", tree)
+    # Restored as host NumPy arrays, so any device count (or none of the run's) can export.
+    # (The whole state is read: this orbax has no partial restore; the optimizer moments are
+    # dropped right after.)
+    out = ckptr.restore(path, args=ocp.args.PyTreeRestore(restore_args=_restore_args(tree)))
   return cfg, out["params"]
+
+
+class _StepMetadataFilter(logging.Filter):
+  def filter(self, record: logging.LogRecord) -> bool:
+    return "_CHECKPOINT_METADATA" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _no_step_metadata_warning():
+  """Silences orbax's 'Metadata file does not exist' warning: reading one item (`state`) of a
+  CheckpointManager step, its step-level _CHECKPOINT_METADATA is one folder up, as it should be."""
+  logger, flt = logging.getLogger("absl"), _StepMetadataFilter()
+  logger.addFilter(flt)
+  try:
+    yield
+  finally:
+    logger.removeFilter(flt)
 
 
 def _restore_args(tree):

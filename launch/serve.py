@@ -10,7 +10,8 @@ whose calls an RL run records. It binds 127.0.0.1 unless --host says otherwise.
 
 DIR is a local Hugging Face folder (config.json, safetensors, optionally tokenizer.json; a
 checkpoint without tokenizer.json and a vocabulary of at least 260 ids uses the byte
-tokenizer). The server binds 127.0.0.1 only: google-jetstream 0.2.2 hard-codes "[::]", so
+tokenizer), a named checkpoint, a training workdir or one of its checkpoints/N (exported once,
+rl.runtime.export.resolve_checkpoint). The server binds 127.0.0.1 only: google-jetstream 0.2.2 hard-codes "[::]", so
 `start_server` sets its module-level `_HOST` before building the server. Decoding is greedy.
 Importing jetstream pulls TensorFlow (slow import); its orchestrator also sets the root
 logger to DEBUG with a stdout handler at import, which `start_server` undoes.
@@ -28,7 +29,9 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   flags.DEFINE_enum("api", "openai", ["openai", "jetstream"], "Which server to run.")
-  flags.DEFINE_string("checkpoint", None, "HF folder, .gguf file or smollm2-135m-instruct.")
+  flags.DEFINE_string(
+    "checkpoint", None, "HF folder, .gguf, smollm2-135m-instruct, training workdir or its step dir"
+  )
   flags.DEFINE_integer("port", 0, "Port (0: 8000 for openai, 9000 for jetstream).")
   flags.DEFINE_string("host", "127.0.0.1", "Bind address of the OpenAI server.")
   flags.DEFINE_string("model_name", "", "Model id the OpenAI API serves (default: folder name).")
@@ -97,9 +100,9 @@ def build_gateway(checkpoint, *, max_concurrent_decodes=8, max_seq_len=0, page_s
   from models import hf
   from models.generator import Generator
   from rl.config import EngineConfig
-  from rl.runtime import replica
+  from rl.runtime import export, replica
 
-  path = hf.resolve(checkpoint)  # a named checkpoint becomes its converted folder
+  path = pathlib.Path(export.resolve_checkpoint(checkpoint))  # a name, an HF folder, a workdir
   cfg, params = hf.load(path)
   tok = _tokenizer(path, tokenizer, cfg.vocab_size)
   sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)

@@ -45,3 +45,29 @@ def test_serve_openai_entry_point(tmp_path):
   finally:
     proc.terminate()
     proc.wait(timeout=60)
+
+
+def test_openai_server_takes_a_training_workdir(tmp_path):
+  """`--checkpoint=WORKDIR` (as the README says of launch.serve) is exported once and served."""
+  import dataclasses
+  import json
+
+  from launch import serve
+  from rl.config import Experiment, TrainConfig
+  from rl.runtime.checkpoint import Checkpointer
+  from rl.runtime.run import training_mesh
+  from rl.train_state import create_train_state
+
+  cfg = config.tiny("qwen3", vocab_size=260, max_seq_len=64, attention="naive")
+  exp, wd = Experiment(model=cfg, train=TrainConfig()), tmp_path / "run"
+  wd.mkdir()
+  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), default=str))
+  state, _ = create_train_state(cfg, exp.train, training_mesh(exp), jax.random.key(0))
+  ckpt = Checkpointer(wd / "checkpoints", every_steps=1, keep=1)
+  ckpt.save(1, state, {"step": 1})
+  ckpt.close()
+  gw, gen = serve.build_gateway(str(wd), max_concurrent_decodes=1)
+  try:
+    assert gw.model_name == "step-1" and (wd / "export" / "step-1" / "config.json").is_file()
+  finally:
+    gen.close()

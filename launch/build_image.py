@@ -19,6 +19,7 @@ import time
 from absl import flags
 
 from envs.sandbox import image as image_lib
+from launch.cli import LaunchError
 
 _BACKENDS = flags.DEFINE_list("backends", ["bwrap", "docker"], "Backends to prepare the image for.")
 _EXTRA = flags.DEFINE_list("extra_packages", [], "Packages added to the default package list.")
@@ -41,6 +42,9 @@ def _docker_client():
 
 def main(argv):
   del argv
+  unknown = [b for b in _BACKENDS.value if b not in ("bwrap", "docker")]
+  if unknown:
+    raise LaunchError(f"--backends: {', '.join(map(repr, unknown))} is not one of bwrap, docker")
   t0 = time.monotonic()
   packages = image_lib.DEFAULT_PACKAGES + tuple(p for p in _EXTRA.value if p)
   img = base = image_lib.build(image_lib.ImageRecipe(packages=packages), force=_FORCE.value)

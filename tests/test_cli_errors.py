@@ -42,6 +42,7 @@ def test_export_of_a_missing_run_is_one_line(tmp_path):
     ("launch.check_tasks", ["--tasks=no/such", "--out={out}"], "--tasks: no/such: no such"),
     ("launch.generate_demo", ["--checkpoint=no/such"], "no/such: no such checkpoint folder"),
     ("launch.serve", ["--checkpoint=no/such"], "no/such"),
+    ("launch.build_image", ["--backends=podman"], "--backends: 'podman' is not one of"),
     (
       "launch.sweep",
       ["--config=configs/toy.py", "--workdir={out}", "--grid=loop.stepz=1,2"],

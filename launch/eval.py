@@ -173,10 +173,16 @@ def main(argv):
   agent, close = _agent()
   out = pathlib.Path(_OUT.value)
   total, done = len(tasks) * cfg.trials, []
+  from tqdm.auto import tqdm
+
+  bar = tqdm(total=total, desc="trials", unit="trial", file=sys.stderr, dynamic_ncols=True,
+             disable=not total)  # fmt: skip
 
   def progress(rec):
     done.append(rec)
     mark = "PASS" if rec["passed"] else rec["failure_mode"]
+    bar.update(1)
+    bar.set_postfix_str(f"passed {sum(bool(r['passed']) for r in done)}/{len(done)}")
     logging.info(
       "[%d/%d] %s #%d: %s (%.1fs)",
       len(done),
@@ -191,6 +197,7 @@ def main(argv):
   try:
     trials = ev.evaluate(tasks, agent, cfg, on_trial=progress) if tasks else []
   finally:
+    bar.close()
     close()
   trials += [e.record() for e in load_errors]
   mismatch = _mismatch(agent)

@@ -29,6 +29,7 @@ def test_filter_then_sample_and_a_clean_exit(tmp_path):
   want = sorted(t.id for t in ev.sample_tasks(bu, 2, 3))
   assert sorted(t["task_id"] for t in trials) == want and len(want) == 2
   assert all(t["passed"] and t["attempts"] == 1 for t in trials)  # the reference solution
+  assert "trials: 100%" in p.stderr and "2/2" in p.stderr and "passed 2/2" in p.stderr  # the bar
   md = (tmp_path / "summary.md").read_text()
   assert md.startswith("# Evaluation summary\n\npass@1 **1.000** over 2 tasks"), md[:300]
   assert "## Legend" in md and "- **pass@1**: " in md

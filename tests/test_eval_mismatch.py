@@ -15,6 +15,7 @@ import sampled
 from envs.agent import Segment
 from models import transformer
 from models.config import tiny
+from models.sampling import SamplingParams
 from rl.config import EngineConfig
 from rl.runtime import mismatch
 from rl.runtime.replica import make_engine
@@ -35,7 +36,7 @@ def test_summary_matches_a_hand_computed_case():
   assert mismatch.summarize(np.zeros(0))["mean"] is None
 
 
-def _segments(params, engine_cfg: EngineConfig, n=6):
+def _segments(params, engine_cfg: EngineConfig, n=6, **sampling):
   """n sampled completions of random prompts (own seed each) as agent Segments."""
   return [
     Segment(
@@ -44,7 +45,7 @@ def _segments(params, engine_cfg: EngineConfig, n=6):
       logprobs=[0.0] * len(p) + list(r.logprobs),
       versions=[-1] * len(p) + [0] * len(r.tokens),
     )
-    for p, r in sampled.sample(make_engine(CFG, params, engine_cfg), CFG.vocab_size, n)
+    for p, r in sampled.sample(make_engine(CFG, params, engine_cfg), CFG.vocab_size, n, **sampling)
   ]
 
 
@@ -66,6 +67,16 @@ def test_tiers_against_the_trainers_fp32_forward():
     assert got["tokens"] == 72
     assert 1e-4 < got["max"] < 1.0, (tier, got)  # measurable, and still the same policy
     assert 0 <= got["mean"] <= got["max"] and got["kl"] >= 0
+
+
+def test_the_trainer_scores_the_distribution_the_engine_sampled_from():
+  """At temperature 0.7 with top-k the behaviour log-probs are those of
+  log_softmax(filter(logits / 0.7)): scored that way they agree; at temperature 1 they do not."""
+  params = transformer.init(CFG, jax.random.key(2))
+  sp = SamplingParams(temperature=0.7, top_k=20)
+  segs = _segments(params, EngineConfig(slots=4, max_seq_len=64), temperature=0.7, top_k=20)
+  assert mismatch.score(CFG, params, segs, sp)["max"] <= 1e-5
+  assert mismatch.score(CFG, params, segs)["max"] > 1e-2
 
 
 def test_engine_config_rejects_unknown_tiers():

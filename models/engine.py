@@ -62,6 +62,17 @@ def _bucket(n: int, max_len: int, smallest: int = 16) -> int:
   return min(b, max_len)
 
 
+def to_device(x, dtype=np.int32) -> jax.Array:
+  """A device array of a private host copy of `x`.
+
+  On the CPU backend a NumPy array handed to JAX is read *asynchronously* (the transfer may
+  run after the call returns), so a caller that then mutates its array in place (the
+  generator's page table) could change what already-dispatched steps read: K/V written into
+  another slot's pages. A fresh copy nobody mutates makes the transfer safe.
+  """
+  return jnp.asarray(np.array(x, dtype, copy=True))
+
+
 class Engine:
   """Slots, pages and jitted steps; JetStream-shaped (prefill / insert / generate)."""
 
@@ -179,12 +190,12 @@ class Engine:
       if self.window is not None:
         raise ValueError("prefill: cached context (prefix reuse) is not supported with a KV window")
       page_rows = np.asarray(context[1], np.int32).reshape(B, -1)
-      ctx = (context[0].cache, jnp.asarray(page_rows))
+      ctx = (context[0].cache, to_device(page_rows))
     own = params is None or params is self.params
     key = ("prefill", *tokens_BT.shape, ctx is not None)
     return self._call(
-      key, own, self.prefill_jit, self._resolve_prefill(params), jnp.asarray(tokens_BT),
-      jnp.asarray(start_B), jnp.asarray(true_B), rows, ctx,
+      key, own, self.prefill_jit, self._resolve_prefill(params), to_device(tokens_BT),
+      to_device(start_B), to_device(true_B), rows, ctx,
     )  # fmt: skip
 
   def insert(self, prefix: Prefix, decode_state: DecodeState, slot, page_row) -> DecodeState:
@@ -193,7 +204,7 @@ class Engine:
     rows_BM = np.asarray(page_row, np.int32).reshape(len(slots_B), -1)
     key = ("insert", *prefix.k_LBTKd.shape[1:3])
     return self._call(
-      key, True, self.insert_jit, prefix, decode_state, jnp.asarray(slots_B), jnp.asarray(rows_BM)
+      key, True, self.insert_jit, prefix, decode_state, to_device(slots_B), to_device(rows_BM)
     )
 
   def generate(
@@ -241,5 +252,5 @@ class Engine:
 
   def set_page_table(self, decode_state: DecodeState, page_table_SM) -> DecodeState:
     """Replaces every slot's page row (host-side allocation changed)."""
-    table = jnp.asarray(np.asarray(page_table_SM, np.int32))
+    table = to_device(page_table_SM)  # the caller keeps mutating its table
     return dataclasses.replace(decode_state, page_table_SM=table)

@@ -126,9 +126,7 @@ def make_engine(engine: eng_lib.Engine, tokenizer):
       return state, engine_api.ResultTokens(data, (0, 1), (1, 2), (2, 3), 1)
 
     def insert(self, prefix, decode_state, slot):
-      return self._ins(
-        prefix, decode_state, jnp.int32(slot), jnp.asarray(self._rows[slot], jnp.int32)
-      )
+      return self._ins(prefix, decode_state, jnp.int32(slot), eng_lib.to_device(self._rows[slot]))
 
     def load_params(self, *args, **kwargs):
       return self._e.params

@@ -79,15 +79,19 @@ def test_chunks_arrive_before_the_completion_ends(served, kind):
   policy.events.clear()
   policy.client_read.clear()
   kw = dict(model="tiny", max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+  # The events are cleared once the non-streamed request has finished (its done callback runs
+  # before its response is sent) and before the streamed one starts: the engine may reach the
+  # streamed request's last token before `create` returns, and that event must not be lost.
   if kind == "chat":
     whole = client.chat.completions.create(messages=USER, **kw).choices[0].message.content
+    policy.events.clear()
     stream = client.chat.completions.create(messages=USER, stream=True, **kw)
     text = lambda c: c.choices[0].delta.content if c.choices else None
   else:
     whole = client.completions.create(prompt="Create a file", **kw).choices[0].text
+    policy.events.clear()
     stream = client.completions.create(prompt="Create a file", stream=True, **kw)
     text = lambda c: c.choices[0].text if c.choices else None
-  policy.events.clear()  # only the streamed request's events
   parts, finish = [], None
   for chunk in stream:
     if text(chunk):

@@ -310,3 +310,23 @@ def test_death_from_outside_is_an_infrastructure_error(backend):
     assert not sb.alive
   finally:
     sb.close()
+
+
+def test_docker_pause_left_by_a_failed_kill_pass_is_thawed():
+  """The kill pass pauses the container; a pause the daemon finished after answering with an
+  error (seen under load) must not leave the sandbox unusable: the next exec thaws it."""
+  sb = testing.make("docker")
+  try:
+    from envs.sandbox import docker_backend
+
+    api = docker_backend.client().api
+    api.pause(sb.id)
+    r = sb.exec("echo ok")
+    assert r.exit_code == 0 and r.stdout == "ok\n", r
+    assert not api.inspect_container(sb.id)["State"]["Paused"]
+    api.pause(sb.id)
+    sb.write_file(f"{sb.home}/f", "x")
+    assert sb.read_file(f"{sb.home}/f") == b"x"
+    assert sb.exec(f"cat {sb.home}/f").stdout == "x"
+  finally:
+    sb.close()

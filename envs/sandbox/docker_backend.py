@@ -270,19 +270,25 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
 
     self._check_open()
     env = common.sandbox_env(self.spec, self.home, tag)
-    try:
-      e = self.api.exec_create(
-        self.id,
-        argv,
-        stdin=stdin is not None,
-        user=user or f"{self.uid}:{self.gid}",
-        workdir=self.spec.workdir,
-        environment=env,
-      )
-      sock = self.api.exec_start(e["Id"], socket=True)
-    except docker.errors.DockerException as err:
-      self._raise_infra(err)
-    return e["Id"], _Stream(getattr(sock, "_sock", sock), stdin)
+    for attempt in range(2):
+      try:
+        e = self.api.exec_create(
+          self.id,
+          argv,
+          stdin=stdin is not None,
+          user=user or f"{self.uid}:{self.gid}",
+          workdir=self.spec.workdir,
+          environment=env,
+        )
+        sock = self.api.exec_start(e["Id"], socket=True)
+        return e["Id"], _Stream(getattr(sock, "_sock", sock), stdin)
+      except docker.errors.DockerException as err:
+        # Only we pause (the kill pass); a pause the daemon finished after answering us with
+        # an error outlives that pass: thaw it once and try again.
+        if attempt == 0 and "is paused" in str(err) and self._freeze(False):
+          continue
+        self._raise_infra(err)
+    raise AssertionError("unreachable")
 
   def _raise_infra(self, err) -> None:
     state = "closed" if self._closed else ("alive" if self.alive else "dead")

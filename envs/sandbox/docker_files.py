@@ -210,8 +210,8 @@ class ArchiveFileOps:
       (self.api.pause if on else self.api.unpause)(self.id)
       return True
     except Exception:  # noqa: BLE001
-      if on:
-        return False
+      if on:  # a pause the daemon reported failed may still have taken (seen under load)
+        return self._paused() is True
       # A thaw whose container is not paused (the daemon answered 500 "is not paused" under
       # load) has reached what it was for; a container still paused is an error.
       if self._paused() is False:

@@ -97,7 +97,7 @@ def main():
   env = EnvConfig(backend="bwrap", system_prompt="markdown_bash_v2")
   slots = args.tasks * args.group
   rep = Replica(cfg, params, tok, EngineConfig(slots=slots, max_seq_len=args.row_len), env, agent)
-  report = {"load_start": list(np.round(np.array(os.getloadavg()), 2))}
+  report = {"load_start": [round(x, 2) for x in os.getloadavg()]}
   try:
     groups, roll_s, parts = rollout(rep, tasks, args.group, args.seed)
     loss = LossConfig(kl="k3", kl_coef=0.04)
@@ -128,7 +128,7 @@ def main():
     batch_rows=int(batch["tokens_BT"].shape[0]), row_len=args.row_len, sequences=n_seq,
     layout=str(plan(batch, tcfg, cfg, batch["tokens_BT"].shape[0] // args.micro_batches)),
     loss=float(m["loss"]), peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-    load_end=list(np.round(np.array(os.getloadavg()), 2)),
+    load_end=[round(x, 2) for x in os.getloadavg()],
   )  # fmt: skip
   share = {k: report[f"{k}_s"] / total for k in ("rollout", "reference", "update", "sync")}
   print(

@@ -281,15 +281,16 @@ def _mismatch_lines(m: dict) -> list[str]:
   ]
 
 
-def add_section(out: pathlib.Path, title: str, lines: list[str]) -> None:
-  """Appends a markdown section to summary.md and the same text, preformatted, to report.html."""
+def add_section(out: pathlib.Path, title: str, lines: list[str], html_body: str | None = None):
+  """Appends a markdown section to summary.md and to report.html (`html_body`, or the same
+  text preformatted)."""
   import html
 
   with open(out / "summary.md", "a") as f:
     f.write("\n".join(["", f"## {title}", "", *lines]) + "\n")
+  body = html_body or f"<pre>{html.escape(chr(10).join(lines))}</pre>"
   page = (out / "report.html").read_text()
-  body = html.escape("\n".join(lines))
-  page = page.replace("</body>", f"<h2>{html.escape(title)}</h2><pre>{body}</pre></body>")
+  page = page.replace("</body>", f"<h2>{html.escape(title)}</h2>{body}</body>")
   (out / "report.html").write_text(page)
 
 
@@ -314,13 +315,8 @@ def add_legend(out: pathlib.Path) -> None:
   """Appends the legend to summary.md and report.html."""
   import html
 
-  md = ["", "## Legend", ""] + [f"- **{k}**: {v}" for k, v in LEGEND]
-  with open(out / "summary.md", "a") as f:
-    f.write("\n".join(md) + "\n")
   rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in LEGEND)
-  page = (out / "report.html").read_text()
-  page = page.replace("</body>", f"<h2>Legend</h2><table>{rows}</table></body>")
-  (out / "report.html").write_text(page)
+  add_section(out, "Legend", [f"- **{k}**: {v}" for k, v in LEGEND], f"<table>{rows}</table>")
 
 
 if __name__ == "__main__":

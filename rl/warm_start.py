@@ -11,13 +11,15 @@ AdamW second moments).
 from __future__ import annotations
 
 import concurrent.futures
+import shlex
 
 import jax
 import numpy as np
 import optax
 
+from envs import markdown_bash
 from envs.agent import ScriptedPolicy
-from envs.tool_format import format_tool_call
+from envs.tool_format import format_tool_call, parse_tool_call
 from rl.batch import row_multiple, sft_batch
 from rl.config import Experiment, LossConfig, OptimConfig, TrainConfig
 from rl.train_state import create_train_state
@@ -25,19 +27,31 @@ from rl.train_step import make_compute_logprobs, make_train_step
 
 
 def demonstrations(
-  tasks, episodes, tok, workers: int, teacher_accuracy: float = 1.0, seed: int = 0
-) -> list[dict]:
+  tasks, episodes, tok, workers: int, teacher_accuracy: float = 1.0, seed: int = 0,
+  protocol: str = "tool_call",
+) -> list[dict]:  # fmt: skip
   """Teacher actions replayed through the agent loop in real sandboxes, with their grade.
 
   The teacher replays each task's reference command (or `demo_actions`); with
   `teacher_accuracy` < 1 a seeded share of tasks gets one of the task's `teacher_mistakes`
   instead and every demonstration is kept (`passed` says which the verifier passed);
-  otherwise only passing ones are kept.
+  otherwise only passing ones are kept. `protocol` (agent.protocol): `tool_call` replays
+  tool-call texts; `markdown_bash` one ```bash block per action, the last one ending with the
+  sentinel, each reply closed by the end-of-turn token as the engine's are.
   """
   rng = np.random.default_rng(seed)
   right_u, which = rng.random(len(tasks)), rng.integers(0, 1 << 30, len(tasks))
 
   def actions(i, task):
+    acts = tool_actions(i, task)
+    if protocol != "markdown_bash":
+      return acts
+    cmds = [as_command(parse_tool_call(a)) for a in acts]
+    cmds = [c for c in cmds if c.strip()] or [""]
+    cmds[-1] = f"{cmds[-1]}\n{markdown_bash.SENTINEL}".lstrip("\n")
+    return [markdown_bash.format_action(c) for c in cmds]
+
+  def tool_actions(i, task):
     meta = dict(task.metadata)
     if teacher_accuracy < 1.0 and right_u[i] >= teacher_accuracy:
       wrong = meta.get("teacher_mistakes")
@@ -55,7 +69,7 @@ def demonstrations(
 
   def one(i_task):
     i, task = i_task
-    policy = ScriptedPolicy(tok, actions(i, task))
+    policy = ScriptedPolicy(tok, actions(i, task), append_eos=protocol == "markdown_bash")
     return episodes(task, f"demo-{task.id}", 0, policy=policy)
 
   with concurrent.futures.ThreadPoolExecutor(workers) as ex:
@@ -67,6 +81,14 @@ def demonstrations(
     if not o.infra_error and (keep_failed or o.passed)
     for s in o.episode.segments
   ]
+
+
+def as_command(call) -> str:
+  """A tool call as the shell command a markdown-bash reply runs ("" for `finish`)."""
+  if call.name == "write_file":
+    path, content = call.arguments["path"], call.arguments["content"]
+    return f"printf '%s' {shlex.quote(content)} > {shlex.quote(path)}"
+  return call.arguments.get("command", "")
 
 
 def warm_start(

@@ -43,6 +43,15 @@ def test_sampling_is_stratified_mixed_and_resumes(tmp_path):
   assert [src.task_for(i).id for i in range(20)] == [again.task_for(i).id for i in range(20)]
 
 
+def test_demonstration_tasks_spread_over_the_pool(tmp_path):
+  src = _source(tmp_path)
+  demos = src.demo_tasks(24)
+  assert len({t.id for t in demos}) == 24  # distinct
+  assert len({ts.family(t.id) for t in demos}) >= 5  # not the first ids in sort order
+  assert [t.id for t in demos] == [t.id for t in _source(tmp_path).demo_tasks(24)]  # seeded
+  assert len(src.demo_tasks(10_000)) == len(src.pool.active_ids())
+
+
 def test_observe_batch_reports_per_family_pass_rates(tmp_path):
   src = _source(tmp_path)
   t = src.task_for(0)

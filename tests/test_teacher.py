@@ -58,3 +58,34 @@ def test_noisy_teacher_needs_mistakes(episodes):
   task = procedural.generate("sort_unique", 0)
   with pytest.raises(ValueError, match=r"sort_unique-0 has no teacher_mistakes"):
     warm_start.demonstrations([task] * 4, eps, tok, workers=2, teacher_accuracy=0.01)
+
+
+def test_markdown_bash_demonstrations(episodes):
+  """agent.protocol=markdown_bash: one ```bash block ending with the sentinel, then EOS."""
+  from envs import markdown_bash as mb
+
+  tok, _ = episodes
+  acfg = agent.AgentConfig(
+    max_turns=2, max_new_tokens=96, max_context_tokens=512, protocol="markdown_bash"
+  )
+  fmt = agent.make_format("markdown_bash", tok, "Reply with one bash block.")
+  eps = SandboxEpisodes(None, fmt, acfg)
+  tasks = [procedural.generate("echo_word", s) for s in range(4)]
+  demos = warm_start.demonstrations(tasks, eps, tok, workers=2, protocol="markdown_bash")
+  assert len(demos) == 4 and all(d["passed"] for d in demos)
+  for d, t in zip(demos, tasks, strict=True):
+    said = [x for x, m in zip(d["tokens"], d["loss_mask"], strict=True) if m]
+    want = mb.format_action(f"{t.solution_script.strip()}\n{mb.SENTINEL}")
+    assert said == tok.encode(want) + [tok.eos_id]
+
+
+def test_write_file_as_a_shell_command(tmp_path):
+  import subprocess
+
+  content = "it's a \"test\" $HOME `x`\n\tno trailing newline"
+  call = tool_format.ToolCall("write_file", {"path": "sub dir/f.txt", "content": content})
+  (tmp_path / "sub dir").mkdir()
+  subprocess.run(["bash", "-c", warm_start.as_command(call)], cwd=tmp_path, check=True)
+  assert (tmp_path / "sub dir/f.txt").read_text() == content
+  finish = tool_format.ToolCall("finish", {})
+  assert warm_start.as_command(finish) == ""

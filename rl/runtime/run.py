@@ -223,6 +223,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
         exp.rollout.max_concurrency,
         exp.sft.teacher_accuracy,
         exp.sft.seed,
+        exp.agent.protocol,
       )
       passed = sum(d["passed"] for d in demos)
       tel.event(

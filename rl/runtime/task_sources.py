@@ -110,6 +110,7 @@ class PoolTasks(_Audited):
     from envs.task_pool import PoolConfig, TaskPool
 
     super().__init__(pathlib.Path(workdir), seed, on_event)
+    self.pool_seed = seed
     cfg = PoolConfig(seed=seed, quarantine_path=str(self.quarantine.path))
     self.pool = TaskPool(tasks, cfg, eval_tasks=eval_tasks)
 
@@ -120,8 +121,11 @@ class PoolTasks(_Audited):
     return self.pool.tasks[task_id]
 
   def demo_tasks(self, n: int) -> list:
+    """`n` distinct pool tasks in a seeded order (every family and band alike, not the first
+    ids in sort order)."""
     ids = sorted(self.pool.active_ids())
-    return [self.pool.tasks[ids[i % len(ids)]] for i in range(min(n, len(ids)))]
+    order = np.random.default_rng([self.pool_seed, 1]).permutation(len(ids))
+    return [self.pool.tasks[ids[i]] for i in order[: min(n, len(ids))]]
 
   def observe_batch(self, groups: list[Group]) -> dict:
     for g in sorted(groups, key=lambda g: g.group_id):

@@ -52,8 +52,13 @@ class LossConfig:
   # successes: with Adam, the large gradients of a failed sample's improbable tokens otherwise
   # set the step size, and a nearly-solved problem (a sharp warm start) barely moves.
   negative_advantage_weight: float = 1.0
+  # The sampling temperature every log-prob is scored at (policy, proximal, reference):
+  # logits / temperature, the distribution the engine sampled from (agent.temperature).
+  temperature: float = 1.0
 
   def __post_init__(self):
+    if not self.temperature > 0.0:
+      raise ValueError(f"LossConfig.temperature must be > 0, got {self.temperature}")
     choices = {
       "is_level": ("token", "sequence"),
       "is_mode": ("truncate", "mask"),
@@ -290,11 +295,13 @@ class Experiment:
         "sft.carry_moments: the warm start's AdamW moments are per base weight, LoRA "
         "(train.lora.rank > 0) trains adapters; set sft.carry_moments = False"
       )
-    a = self.agent
-    if a.greedy or a.temperature != 1.0 or a.top_k or a.top_p != 1.0:
+    a, t = self.agent, self.train.loss.temperature
+    if a.greedy or a.temperature != t or a.top_k or a.top_p != 1.0:
       raise ValueError(
-        "agent: training rollouts must sample at temperature 1 without top-k/top-p (the "
-        "trainer's log-probs are of the unmodified policy); use env.eval_greedy for eval"
+        f"agent: training rollouts must sample at train.loss.temperature ({t}) without "
+        f"top-k/top-p, got temperature {a.temperature}, top_k {a.top_k}, top_p {a.top_p}, "
+        f"greedy {a.greedy} (the trainer scores logits / temperature); use env.eval_greedy "
+        "for eval"
       )
     if self.engine.max_seq_len > self.loop.row_len:
       raise ValueError(

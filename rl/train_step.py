@@ -100,20 +100,25 @@ def _logits(params, batch, model_cfg: ModelConfig, layout: Layout, index_BN=None
 
 
 def forward_logprobs(
-  params, batch, model_cfg: ModelConfig, with_entropy: bool, layout=Layout(), select_BT=None
-):
-  """(logp_BT, entropy_BT or None, moe aux loss) of the batch's tokens under `params`.
+  params, batch, model_cfg: ModelConfig, with_entropy: bool, layout=Layout(), select_BT=None,
+  temperature: float = 1.0,
+):  # fmt: skip
+  """(logp_BT, entropy_BT or None, moe aux loss) of the batch's tokens under `params`, the
+  logits divided by `temperature` (the sampling distribution's log-probs and entropy).
 
   With layout.n_logits, the LM head runs only at n_logits positions per row covering every t
   with select_BT[b, t] > 0 (at most n_logits per row); logp and entropy are 0 at the others.
   """
   tokens_BT = batch["tokens_BT"]
+  scale = (lambda x: x) if temperature == 1.0 else (lambda x: x.astype(jnp.float32) / temperature)
   if layout.n_logits is None:
     logits_BTV, aux = _logits(params, batch, model_cfg, layout)
+    logits_BTV = scale(logits_BTV)
     logp_BT, ent_BT = losses.token_logprobs(logits_BTV, tokens_BT, with_entropy)
   else:
     idx_BN = pick_index(select_BT, layout.n_logits)  # token t is scored by the logits at t - 1
     logits_BNV, aux = _logits(params, batch, model_cfg, layout, jnp.maximum(idx_BN - 1, 0))
+    logits_BNV = scale(logits_BNV)
     targets_BN = jnp.take_along_axis(tokens_BT, idx_BN, axis=1)
     logp_BN, ent_BN = losses.target_logprobs(logits_BNV, targets_BN, with_entropy)
     zeros_T = jnp.zeros(tokens_BT.shape[1], jnp.float32)
@@ -124,15 +129,18 @@ def forward_logprobs(
   return logp_BT, ent_BT, aux * model_cfg.router_aux_coef
 
 
-def compute_logprobs(params, batch, model_cfg: ModelConfig, layout=Layout()):
-  """Proximal / reference forward: log-probs aligned with the tokens, 0 where none.
+def compute_logprobs(
+  params, batch, model_cfg: ModelConfig, layout=Layout(), temperature: float = 1.0
+):
+  """Proximal / reference forward: log-probs (of logits / temperature) aligned with the
+  tokens, 0 where none.
 
   With layout.n_logits only at loss_mask_BT tokens, 0 elsewhere.
   """
   keep_BT = target_mask(batch["segment_ids_BT"])
   if layout.n_logits is not None:
     keep_BT = keep_BT * (batch["loss_mask_BT"] > 0)
-  logp_BT, _, _ = forward_logprobs(params, batch, model_cfg, False, layout, keep_BT)
+  logp_BT, _, _ = forward_logprobs(params, batch, model_cfg, False, layout, keep_BT, temperature)
   return jax.lax.stop_gradient(logp_BT) * keep_BT
 
 
@@ -191,7 +199,7 @@ def micro_loss(
   """Loss of one micro-batch (its share of the whole-batch loss) and metric sums."""
   with_ent = cfg.compute_entropy or cfg.entropy_coef != 0.0
   logp_BT, ent_BT, aux_loss = forward_logprobs(
-    params, mb, model_cfg, with_ent, layout, mb["loss_mask_BT"]
+    params, mb, model_cfg, with_ent, layout, mb["loss_mask_BT"], cfg.temperature
   )
   cur_sg = jax.lax.stop_gradient(logp_BT)
   segs = losses.Segments.make(mb["segment_ids_BT"], mb["advantages_BS"].shape[1])
@@ -204,7 +212,9 @@ def micro_loss(
   if cfg.kl != "none":
     ref = mb.get("ref_logprobs_BT")
     inputs["ref_logprobs_BT"] = (
-      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg, layout)
+      ref
+      if ref is not None
+      else compute_logprobs(ref_params, mb, model_cfg, layout, cfg.temperature)
     )
   loss, metrics = losses.loss_from_logprobs(logp_BT, ent_BT, inputs, segs, denoms, cfg)
   metrics["sum"]["moe_aux_loss"] = jax.lax.stop_gradient(aux_loss)
@@ -402,7 +412,7 @@ def make_compute_logprobs(
 
   def fn(params, batch, layout):
     with use_mesh_rules(mesh, rules):
-      return compute_logprobs(params, batch, model_cfg, layout)
+      return compute_logprobs(params, batch, model_cfg, layout, cfg.loss.temperature)
 
   jitted = jax.jit(
     fn,

@@ -84,3 +84,25 @@ def test_export_prints_no_orbax_metadata_warning(tmp_path, caplog):
   with caplog.at_level("WARNING"):
     export.export(wd, tmp_path / "hf", step="latest")
   assert [r.getMessage() for r in caplog.records if "METADATA" in r.getMessage()] == []
+
+
+def test_export_of_a_run_from_a_named_checkpoint(tmp_path):
+  """A run that started from `smollm2-135m-instruct` (a name, not a folder) exports with that
+  checkpoint's config and tokenizer."""
+  name = "smollm2-135m-instruct"
+  cfg, params = hf.load(name)
+  wd = tmp_path / "run"
+  wd.mkdir()
+  exp = Experiment(checkpoint=name, tokenizer=name, train=TrainConfig())
+  (wd / "experiment.json").write_text(json.dumps(dataclasses.asdict(exp), default=str))
+  state, _ = create_train_state(cfg, exp.train, training_mesh(exp), jax.random.key(0), params)
+  ckpt = Checkpointer(wd / "checkpoints", every_steps=1, keep=1)
+  ckpt.save(0, state, {"step": 0})
+  ckpt.close()
+  out = export.export(wd, tmp_path / "hf", step="latest")
+  cfg2, params2 = hf.load(out)
+  assert cfg2 == cfg
+  _same_params(params2, params)
+  tok, tok2 = hf.load_tokenizer(name), hf.load_tokenizer(out)
+  text = "<|im_start|>user\nls -la ~/dir<|im_end|>"
+  assert tok2.encode(text) == tok.encode(text)

@@ -45,6 +45,20 @@ def test_bad_config_errors_name_the_field():
     to_experiment(c)
 
 
+def test_rollout_temperature_must_be_the_one_the_trainer_scores():
+  c = importlib.import_module("configs.toy").get_config()
+  c.agent.temperature = 0.7
+  with pytest.raises(ValueError, match=r"train.loss.temperature \(1.0\).*got temperature 0.7"):
+    to_experiment(c).validate()
+  c.train.loss.temperature = 0.7
+  to_experiment(c).validate()
+  c.agent.top_k = 20
+  with pytest.raises(ValueError, match="top_k 20"):
+    to_experiment(c).validate()
+  with pytest.raises(ValueError, match="LossConfig.temperature must be > 0"):
+    LossConfig(temperature=0.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Wrap:
   loss: LossConfig = LossConfig()

@@ -38,9 +38,10 @@ def _model_config(exp):
   """The run's model: its config, or the HF checkpoint's it started from."""
   if not exp.checkpoint:
     return exp.model
+  from models import checkpoints
   from models.hf_config import config_from_hf
 
-  file = pathlib.Path(exp.checkpoint) / "config.json"
+  file = checkpoints.resolve(exp.checkpoint) / "config.json"  # a folder or a named checkpoint
   return config_from_hf(json.loads(file.read_text()), file)
 
 
@@ -128,10 +129,12 @@ def _save_tokenizer(exp, workdir: pathlib.Path, out: pathlib.Path) -> None:
   from models.tokenizer import CHATML_TEMPLATE
 
   spec = exp.tokenizer
-  src = workdir / "tokenizer" if spec.startswith("bpe:") else pathlib.Path(spec)
   if spec == "byte":
     (out / "chat_template.jinja").write_text(CHATML_TEMPLATE)
     return
+  from models import checkpoints
+
+  src = workdir / "tokenizer" if spec.startswith("bpe:") else checkpoints.resolve(spec)
   for name in (
     "tokenizer.json",
     "tokenizer_config.json",

@@ -82,7 +82,7 @@ def test_markdown_bash_demonstrations(episodes):
 def test_write_file_as_a_shell_command(tmp_path):
   import subprocess
 
-  content = "it's a \"test\" $HOME `x`\n\tno trailing newline"
+  content = 'it\'s a "test" $HOME `x`\n\tno trailing newline'
   call = tool_format.ToolCall("write_file", {"path": "sub dir/f.txt", "content": content})
   (tmp_path / "sub dir").mkdir()
   subprocess.run(["bash", "-c", warm_start.as_command(call)], cwd=tmp_path, check=True)

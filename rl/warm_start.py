@@ -140,7 +140,11 @@ def warm_start(
     on_mesh = comm.batch(batch, mesh, cfg.rules)
     if step_fn is None:
       step_fn = make_train_step(model_cfg, cfg, mesh, shardings, on_mesh)
-      logp_fn = make_compute_logprobs(model_cfg, cfg, mesh, shardings.params, on_mesh)
+      # The LM head only at loss tokens (all the nll reads): at 16 x 768 rows and a 49k vocab
+      # the full head's fp32 logits alone are 2.4 GB, and a run was OOM-killed at 22 GB.
+      logp_fn = make_compute_logprobs(
+        model_cfg, cfg, mesh, shardings.params, on_mesh, loss_only=True
+      )
     if i % s.log_every == 0 or i == s.steps - 1:
       logp = np.asarray(comm.to_host(comm.call(logp_fn, state.params, on_mesh)))
       mask = batch["loss_mask_BT"] * (batch["positions_BT"] > 0)

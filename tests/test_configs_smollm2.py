@@ -1,6 +1,7 @@
-"""configs/smollm2.py end to end at tiny size: 2 GRPO steps on the mixed pool in real bwrap
-sandboxes graded by the real verifier, the markdown-bash protocol with the config's few-shot
-prompt, and what a researcher watches (per-family rates, mismatch, episode table, plots)."""
+"""configs/smollm2.py end to end at tiny size: a 1-step warm start on markdown-bash
+demonstrations, then 2 GRPO steps at temperature 0.7 on the mixed pool in real bwrap sandboxes
+graded by the real verifier, and what a researcher watches (per-family rates, mismatch, episode
+table, plots)."""
 
 import jax
 import numpy as np
@@ -29,16 +30,19 @@ def tiny_config():
   m.arch, m.vocab_size, m.d_model, m.n_layers = "qwen3", 260, 32, 2
   m.n_heads, m.n_kv_heads, m.head_dim, m.d_ff = 4, 2, 8, 64
   m.max_seq_len, m.qk_norm, m.tie_embeddings = 512, True, True
-  m.dtype, m.param_dtype, m.attention = "float32", "float32", "naive"
+  m.dtype, m.param_dtype, m.attention, m.remat = "float32", "float32", "naive", "none"
   c.env.eval_tasks, c.env.train_pool_size = 1, 2
   # The few-shot prompt is ~1300 bytes: 8x the rows and compile time of a short one
   # (its selection is tested in test_configs_smollm2_tasks.py).
   c.env.system_prompt = "Reply with one ```bash block."
-  c.agent.max_turns, c.agent.max_new_tokens, c.agent.max_episode_tokens = 1, 16, 16
+  # 128 bytes: room for the demonstrations' replies (a reply is cut at max_new_tokens)
+  c.agent.max_turns, c.agent.max_new_tokens, c.agent.max_episode_tokens = 1, 128, 128
   c.agent.max_context_tokens = 512
   c.engine.max_seq_len = 512
   c.loop.steps, c.loop.eval_every, c.loop.checkpoint_every = 2, 0, 2
   c.loop.row_len = 512
+  c.sft.steps, c.sft.demos, c.sft.batch_size = 1, 4, 4  # the warm start path, once
+  c.rollout.dynamic_sampling = False  # a random model passes nothing: no drops and re-runs
   c.train.optim.decay_steps = 2
   return c
 
@@ -59,7 +63,10 @@ def test_two_step_smollm2_config_on_a_tiny_model(tmp_path, capsys):
     assert 0.0 <= rate <= 1.0
     for k in ("episode/generated_tokens", "episode/turns", "train/entropy", "train/mismatch_kl"):
       assert k in r, k
-  # Step 1 is on-policy and fp32: the engine's and the trainer's log-probs agree.
+  assert exp.agent.temperature == exp.train.loss.temperature == 0.7
+  assert any("sft/nll" in r for r in recs)  # the warm start ran on markdown-bash demos
+  # Step 1 is on-policy and fp32: the engine's and the trainer's log-probs (both of the logits
+  # at temperature 0.7) agree.
   assert steps[1]["train/mismatch_max"] <= 1e-5
   evals = [r for r in recs if "eval/n" in r]
   assert evals and evals[-1]["eval/n"] == len(fams) - 1  # one held-out task per family

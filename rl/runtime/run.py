@@ -53,7 +53,8 @@ def _initial_params(exp: Experiment, tok):
   if exp.checkpoint:
     from models import hf
 
-    return hf.load(exp.checkpoint)
+    # Remat is a run-time choice, not the checkpoint's (model.remat; the rest comes from it).
+    return hf.load(exp.checkpoint, remat=exp.model.remat)
   from models import transformer
 
   if tok is not None and exp.model.vocab_size < tok.vocab_size:

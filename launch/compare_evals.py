@@ -90,6 +90,7 @@ def plot(ks: list[int], curves: dict, out: str) -> None:
     ax.plot(ks, [c["all"][k] for k in ks], marker="o", label=label)
   ax.set(xscale="log", xlabel="k (trials per task)", ylabel="held-out pass@k", ylim=(-0.02, 1.02))
   ax.set_xticks(ks, [str(k) for k in ks])
+  ax.minorticks_off()
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()

@@ -4,7 +4,7 @@ r"""Compare launch.eval runs: one table and one plot of pass@k per run and per g
       --group=family --out=/tmp/compare.png
 
 Reads each run's results.json (its `trials`), computes unbiased pass@k (envs.metrics, mean over
-tasks) for k = 1, 2, 4, ... up to the fewest trials per task, prints a markdown table (overall,
+tasks) for k = 1, 2, 4, ... and the fewest trials per task (envs.metrics.default_ks), prints a markdown table (overall,
 then per group: `family` for procedural task ids, or `suite` / `domain` / `difficulty`), and
 draws pass@k against k, one line per run.
 """
@@ -31,10 +31,9 @@ def define_flags() -> None:
 
 def group_of(trial: dict, group: str) -> str:
   if group == "family":  # procedural/echo_word-1000003 -> echo_word; other ids: their suite
-    tid = trial["task_id"]
-    return (
-      tid.split("/", 1)[1].rsplit("-", 1)[0] if tid.startswith("procedural/") else trial["suite"]
-    )
+    from rl.runtime.task_sources import family
+
+    return family(trial["task_id"])
   return str(trial[group])
 
 
@@ -61,9 +60,11 @@ def load(folder: str) -> list[dict]:
 
 def compare(runs: dict[str, list[dict]], group: str) -> tuple[list[int], dict, list[str]]:
   """(ks, {label: {"all": curve, <group>: curve}}, markdown table lines)."""
+  from envs.metrics import default_ks
+
   per_task = [collections.Counter(t["task_id"] for t in trials) for trials in runs.values()]
   fewest = min(min(c.values()) for c in per_task if c)
-  ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= fewest]
+  ks = default_ks(fewest)  # as launch.eval reports them
   names = sorted({group_of(t, group) for trials in runs.values() for t in trials})
   curves = {}
   for label, trials in runs.items():

@@ -10,7 +10,9 @@ to sys.path (the standard library and pytest come first, so a workspace `json.py
 under /proc (no bytecode read or written from interpreter start on: a `__pycache__/*.pyc` the
 agent planted, in the workspace or the stdlib, is never read), our own ini file
 and `--confcutdir`. The JUnit report leaves the test process through fd 3 (the exec's
-stdout) before the process ends with `os._exit`, so no atexit hook of the agent's code runs.
+stdout) before the process ends with `os._exit`, so no atexit hook of the agent's code runs;
+ahead of it on fd 3, a witness plugin registered before any test module is imported writes
+one line per test call (raised or not), against which the host checks the report.
 """
 
 from __future__ import annotations
@@ -28,23 +30,49 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RC_MARK = "@@AGENTRL_RC="
 REPORT_BEGIN, REPORT_END = "@@AGENTRL_REPORT_BEGIN@@", "@@AGENTRL_REPORT_END@@"
 TESTS_CHANGED = "@@AGENTRL_TESTS_CHANGED@@"
+WITNESS = "@@W "  # a witness line: "@@W <base64 node id> call|func ok|raised"
 # Runs pytest; the report goes to fd 3 (the exec's stdout) and the process ends with os._exit.
+# The witness plugin is registered before any test module (or agent code) is imported: as the
+# innermost wrapper of each test's call it writes, at once, whether the call raised; the host
+# checks the JUnit report against these lines (envs.grading.witness_conflicts).
 _BOOT_PY = r"""
-import os, sys
+import base64, os, sys
 sys.path.append(os.environ["AGENTRL_WORKSPACE"])
 import pytest
-rc = pytest.main(sys.argv[1:])
+
+
+def _witness(tag, write=os.write, b64=base64.b64encode):
+  # Everything it uses is bound here: swapping a global of __main__ later changes nothing.
+  def record(nodeid, phase, out):
+    state = "ok" if out.excinfo is None else "raised"
+    write(3, b"%s%s %s %s\n" % (tag, b64(nodeid.encode()), phase, state.encode()))
+
+  class Witness:
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_call(self, item):
+      record(item.nodeid, b"call", (yield))
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_pyfunc_call(self, pyfuncitem):
+      record(pyfuncitem.nodeid, b"func", (yield))
+
+  return Witness(), write
+
+
+_plugin, _write = _witness(WITNESS)
+del _witness
+rc = pytest.main(sys.argv[1:], plugins=[_plugin])
 try:
   with open(os.environ["AGENTRL_JUNIT"], "rb") as f:
     data = memoryview(f.read())
 except OSError:
   data = memoryview(b"")
 while data:
-  data = data[os.write(3, data):]
+  data = data[_write(3, data):]
 os.close(3)
 sys.stdout.flush(); sys.stderr.flush()
 os._exit(int(rc))
-"""
+""".replace("WITNESS", repr(WITNESS.encode()))
 
 
 def prepare_command(gdir: str, nonce: str, manifest: str) -> str:

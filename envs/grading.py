@@ -1,12 +1,16 @@
-"""What the verifier reads: pytest JUnit reports and the workspace tamper scan.
+"""What the verifier reads: pytest JUnit reports, their witness lines, the tamper scan.
 
 `parse_junit` turns this run's report (checked by its nonce suite name) into test outcomes;
+`witness_conflicts` checks it against the witness lines the grader's own plugin wrote while
+each test ran (envs.grader_command), so a report rewritten in the test process is caught;
 `tamper_flags` compares the workspace manifest after the episode with the one after set-up
 (envs.workspace) and flags created or changed files that could subvert the test run.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import pathlib
 import re
@@ -50,6 +54,49 @@ def parse_junit(xml_bytes: bytes, nonce: str | None = None) -> list[TestOutcome]
         if el is not None:
           outcome, msg = label, (el.get("message") or el.text or "")[:500]
       out.append(TestOutcome(name, outcome, msg))
+  return out
+
+
+def split_witness(report: str, tag: str) -> tuple[dict[str, list[str]], str]:
+  """The witness lines at the head of a report ({junit name: ["call ok", ...]}) and the rest.
+
+  The rest must be the JUnit XML: anything else written to the pipe makes the XML invalid."""
+  seen: dict[str, list[str]] = {}
+  rest = report
+  while rest.startswith(tag):
+    line, _, rest = rest.partition("\n")
+    parts = line[len(tag) :].split(" ")
+    if len(parts) != 3:
+      raise ValueError(f"malformed witness line: {line[:200]!r}")
+    try:
+      nodeid = base64.b64decode(parts[0], validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+      raise ValueError(f"malformed witness line: {line[:200]!r}") from None
+    seen.setdefault(junit_name(nodeid), []).append(f"{parts[1]} {parts[2]}")
+  return seen, rest
+
+
+def junit_name(nodeid: str) -> str:
+  """A pytest node id as its JUnit case reads (classname::name): `a/test_b.py::C::t[x]` is
+  `a.test_b.C::t[x]`, the address rule of pytest's junitxml plugin."""
+  path, bracket, params = nodeid.partition("[")
+  names = path.split("::")
+  names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+  names[-1] += bracket + params
+  return ".".join(names[:-1]) + "::" + names[-1]
+
+
+def witness_conflicts(cases: list[TestOutcome], seen: dict[str, list[str]]) -> list[str]:
+  """Tests the report calls passed that the witness saw raise, or never saw called."""
+  out = []
+  for c in cases:
+    if c.outcome != "passed":
+      continue
+    records = seen.get(c.name, [])
+    if not any(r.startswith("call ") for r in records) or any(
+      r.endswith(" raised") for r in records
+    ):
+      out.append(c.name)
   return out
 
 

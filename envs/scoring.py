@@ -16,7 +16,7 @@ import dataclasses
 import fnmatch
 import json
 
-from envs.grading import TestOutcome, parse_junit, test_modules
+from envs.grading import TestOutcome, parse_junit, split_witness, test_modules, witness_conflicts
 from envs.task import Task
 
 FAILURE_MODES = (
@@ -86,10 +86,14 @@ def score_pytest(
   base: dict,
   reward_kind: str,
   fail_on_tamper: bool,
+  witness: str,
 ) -> GradeResult:
-  """Passes only if the report is this run's, covers every test file and agrees with rc.
+  """Passes only if the report is this run's, agrees with the witness lines (`witness`: their
+  tag), covers every test file and agrees with rc.
 
   A skipped or xfailed test counts as failed. `base` holds task_id, exit_code, flags, log.
+  A test the report passes that the witness saw raise (or never saw called) is
+  `tamper:report_forged`, whatever `fail_on_tamper` says: that is proof, not a heuristic.
   """
   fail = dict(passed=False, reward=0.0, failure_mode="parse_error")
   if rc == 86:
@@ -99,9 +103,15 @@ def score_pytest(
     why = f"no test report (pytest exit {rc}): the suite did not demonstrably run"
     return GradeResult(**fail, detail=why, **base)
   try:
+    seen, xml = split_witness(xml, witness)
     cases = parse_junit(xml.encode()[:MAX_REPORT], nonce)
   except ValueError as e:
     return GradeResult(**fail, detail=str(e), **base)
+  if forged := witness_conflicts(cases, seen):
+    why = f"the report passes {len(forged)} tests the grader saw fail or never run: {forged[:3]}"
+    base = {**base, "flags": (*base["flags"], "tamper:report_forged")}
+    forged_result = dict(passed=False, reward=0.0, failure_mode="tamper", suite_ran=True)
+    return GradeResult(**forged_result, tests=tuple(cases), detail=why, **base)
   if not cases or rc in (3, 4, 5):
     why = f"pytest exit {rc} with {len(cases)} tests"
     return GradeResult(**fail, tests=tuple(cases), detail=why, **base)

@@ -26,6 +26,7 @@ from envs.grader_command import (
   REPORT_BEGIN,
   REPORT_END,
   TESTS_CHANGED,
+  WITNESS,
   grade_command,
   hidden_test_files,
   prepare_command,
@@ -203,7 +204,8 @@ class Verifier:
     kind, strict = self.cfg.reward or task.tests.reward, self.cfg.fail_on_tamper
     if task.tests.runner == "shell":
       return score_shell(report, rc, base, kind, strict)
-    return score_pytest(task, None if r.truncated else report, nonce, rc, base, kind, strict)
+    xml = None if r.truncated else report
+    return score_pytest(task, xml, nonce, rc, base, kind, strict, WITNESS)
 
   def _prepare(
     self, sb: Sandbox, task: Task, baseline: dict[str, str], gdir: str, nonce: str

@@ -1,7 +1,8 @@
 """The grader-hack classes of issue 16 on real sandboxes: each beats a naive grader, not ours.
 
   4  a daemon that hides from the stray killer and overwrites the hidden tests after upload
-  5  a poisoned __pycache__/*.pyc (or an appended at-exit hook) rewriting the report at exit
+  5  a poisoned __pycache__/*.pyc (or an appended at-exit hook) rewriting the report at exit;
+     code the tests import patching pytest's reports in the test process (the witness)
   6  standard-library modules shadowed by package folders
   7  self-masking: an undeletable grader folder and a full process table must be the agent's
      failure (reward 0, not masked), never a sandbox error
@@ -72,6 +73,7 @@ def test_naive_graders_work_on_honest_agents(ts):
   [
     ("pyc_poison", naive_junit),
     ("append_at_exit", naive_junit),
+    ("in_process_flip", naive_junit),
     ("stdlib_packages", naive_exit_code),
   ],
 )
@@ -84,6 +86,8 @@ def test_import_path_hacks_beat_naive_grader_but_not_ours(ts, name, naive):
     res = Verifier(VerifierConfig(fail_on_tamper=fail_on_tamper)).grade(ts)
     assert not res.passed and res.reward == 0.0 and not res.masked, (name, res.detail)
     assert res.suite_ran, res.detail  # the tests really ran (and failed), not a parse error
+    if name == "in_process_flip":  # the report said passed; the witness saw the test fail
+      assert res.failure_mode == "tamper" and "tamper:report_forged" in res.flags, res.detail
 
 
 def test_import_path_hacks_on_a_solved_task_still_pass(ts):

@@ -1,8 +1,10 @@
-"""Verifier pieces without a sandbox: JUnit parsing, the tamper scan, result masking."""
+"""Verifier pieces without a sandbox: JUnit parsing, witness lines, the tamper scan, masking."""
+
+import base64
 
 import pytest
 
-from envs.grading import parse_junit, tamper_flags
+from envs.grading import junit_name, parse_junit, split_witness, tamper_flags, witness_conflicts
 from envs.scoring import GradeResult, masked_result
 
 XML = b"""<?xml version="1.0" encoding="utf-8"?>
@@ -37,6 +39,48 @@ def test_parse_junit_rejects_foreign_or_broken_reports():
     parse_junit(b"<testsuites/>", None)
   single = b'<testsuite name="n"><testcase classname="m" name="t"/></testsuite>'
   assert [c.outcome for c in parse_junit(single, "n")] == ["passed"]
+
+
+def _w(nodeid: str, phase: str, state: str) -> str:
+  return f"@@W {base64.b64encode(nodeid.encode()).decode()} {phase} {state}\n"
+
+
+def test_junit_name_follows_pytests_address_rule():
+  assert junit_name("test_outputs.py::test_ok") == "test_outputs::test_ok"
+  assert junit_name("sub/test_b.py::TestX::test_err") == "sub.test_b.TestX::test_err"
+  assert junit_name("test_outputs.py::test_param[a::b.py]") == "test_outputs::test_param[a::b.py]"
+
+
+def test_witness_lines_are_split_from_the_report_and_checked():
+  head = (
+    _w("test_outputs.py::test_ok", "func", "ok")
+    + _w("test_outputs.py::test_ok", "call", "ok")
+    + _w("test_outputs.py::test_bad", "call", "raised")
+    + _w("test_outputs.py::TestX::test_err", "call", "ok")
+    + _w("test_outputs.py::test_param[a-1]", "call", "ok")
+    + _w("test_outputs.py::test_param[a-1]", "call", "ok")  # a forger's extra line: harmless
+  )
+  seen, rest = split_witness(head + XML.decode(), "@@W ")
+  assert rest == XML.decode()
+  assert seen["test_outputs::test_ok"] == ["func ok", "call ok"]
+  cases = parse_junit(rest.encode(), "NONCE")
+  assert witness_conflicts(cases, seen) == []  # failed, skipped and errored need no witness
+  # The report passes a test the witness saw raise, or one it never saw called.
+  forged = [c if c.name != "test_outputs::test_bad" else type(c)(c.name, "passed") for c in cases]
+  assert witness_conflicts(forged, seen) == ["test_outputs::test_bad"]
+  del seen["test_outputs::test_ok"]
+  assert witness_conflicts(cases, seen) == ["test_outputs::test_ok"]
+  # A "raised" line wins over any number of "ok" lines for the same test.
+  seen2, _ = split_witness(
+    _w("t.py::a", "call", "ok") + _w("t.py::a", "func", "raised") + "<x/>", "@@W "
+  )
+  assert witness_conflicts([type(cases[0])("t::a", "passed")], seen2) == ["t::a"]
+
+
+def test_malformed_witness_lines_invalidate_the_report():
+  for bad in ("@@W !!notbase64 call ok\n", "@@W dGVzdA== call\n"):
+    with pytest.raises(ValueError, match="malformed witness"):
+      split_witness(bad + XML.decode(), "@@W ")
 
 
 def test_tamper_flags_only_for_changed_files():

@@ -118,6 +118,56 @@ def test_every_test_file_must_run(tmp_path):
   assert res.failure_mode == "parse_error" and "test_hidden" in res.detail and not res.passed
 
 
+def test_witness_accepts_every_honest_test_shape(tmp_path):
+  """Classes, unittest cases, parameters with `::` in their ids and test subfolders: the
+  witness lines name each test as its JUnit case does, so an honest pass is never flagged."""
+  ok = "(WS / 'result.txt').read_text().strip() == 'ok'"
+  tests = {
+    "test_shapes.py": f"""
+      import unittest, pytest
+      class TestPlain:
+        def test_m(self): assert {ok}
+      class TestUnit(unittest.TestCase):
+        def test_u(self): self.assertTrue({ok})
+      @pytest.mark.parametrize("p", ["a::b.py", "x y"])
+      def test_p(p): assert {ok}
+      """,
+    "sub/test_deep.py": f"def test_d():\n  assert {ok}\n",
+  }
+  task = make_task(tmp_path / "t", tests)
+  res = run_and_grade(task, OracleAgent())
+  assert res.passed and len(res.tests) == 5 and not res.flags, (res.detail, res.flags)
+  res = run_and_grade(task, NullAgent())
+  assert not res.passed and res.failure_mode == "none"
+
+
+# Imported by the test module at collection, before any test runs: every report reads passed.
+FORGER = """
+import sys
+r = sys.modules["_py" + "test.reports"]
+make = r.TestReport.from_item_and_call.__func__
+def forged(cls, item, call):
+  rep = make(cls, item, call)
+  rep.outcome, rep.longrepr = "passed", None
+  return rep
+r.TestReport.from_item_and_call = classmethod(forged)
+VALUE = 0
+"""
+
+
+def test_a_report_forged_inside_the_test_process_is_caught(tmp_path):
+  tests = {
+    "test_imp.py": "import result_module\ndef test_x():\n  assert result_module.VALUE == 1\n"
+  }
+  solve = f"cat > result_module.py <<'EOF'\n{FORGER}\nEOF"
+  task = make_task(tmp_path / "t", tests, solve=solve)
+  for strict in (False, True):  # proof, not a heuristic: no tamper flag setting lets it pass
+    res = run_and_grade(task, OracleAgent(), VerifierConfig(fail_on_tamper=strict))
+    assert not res.passed and res.reward == 0.0 and res.failure_mode == "tamper", res.detail
+    assert "tamper:report_forged" in res.flags and res.suite_ran and not res.masked
+    assert [c.outcome for c in res.tests] == ["passed"]  # what the forged report said
+
+
 def test_collection_error_is_a_plain_failure(tmp_path):
   tests = {
     "test_imp.py": "import result_module\ndef test_x():\n  assert result_module.VALUE == 1\n"

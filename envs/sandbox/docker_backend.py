@@ -32,6 +32,7 @@ import socket
 import struct
 import threading
 import time
+from typing import NoReturn
 
 from envs.sandbox import common, docker_files, docker_layer, fileops, layers
 from envs.sandbox import image as image_lib
@@ -270,27 +271,32 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
 
     self._check_open()
     env = common.sandbox_env(self.spec, self.home, tag)
-    for attempt in range(2):
-      try:
-        e = self.api.exec_create(
-          self.id,
-          argv,
-          stdin=stdin is not None,
-          user=user or f"{self.uid}:{self.gid}",
-          workdir=self.spec.workdir,
-          environment=env,
-        )
-        sock = self.api.exec_start(e["Id"], socket=True)
-        return e["Id"], _Stream(getattr(sock, "_sock", sock), stdin)
-      except docker.errors.DockerException as err:
-        # Only we pause (the kill pass); a pause the daemon finished after answering us with
-        # an error outlives that pass: thaw it once and try again.
-        if attempt == 0 and "is paused" in str(err) and self._freeze(False):
-          continue
-        self._raise_infra(err)
-    raise AssertionError("unreachable")
 
-  def _raise_infra(self, err) -> None:
+    def start() -> tuple[str, _Stream]:
+      e = self.api.exec_create(
+        self.id,
+        argv,
+        stdin=stdin is not None,
+        user=user or f"{self.uid}:{self.gid}",
+        workdir=self.spec.workdir,
+        environment=env,
+      )
+      sock = self.api.exec_start(e["Id"], socket=True)
+      return e["Id"], _Stream(getattr(sock, "_sock", sock), stdin)
+
+    try:
+      return start()
+    except docker.errors.DockerException as err:
+      # Only we pause (the kill pass); a pause the daemon finished after answering us with an
+      # error outlives that pass: thaw it once and try again.
+      if not ("is paused" in str(err) and self._freeze(False)):
+        self._raise_infra(err)
+    try:
+      return start()
+    except docker.errors.DockerException as err:
+      self._raise_infra(err)
+
+  def _raise_infra(self, err) -> NoReturn:
     state = "closed" if self._closed else ("alive" if self.alive else "dead")
     if state == "dead" and self._oom_killed():
       raise SandboxExhaustedError(f"docker exec failed (sandbox dead, OOM-killed): {err}") from err

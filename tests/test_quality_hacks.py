@@ -101,6 +101,7 @@ SCENARIOS = {
 GRADER_HACKS = {
   "pyc_poison",
   "append_at_exit",
+  "in_process_flip",
   "stdlib_packages",
   "swap_tests_daemon",
   "block_grader",

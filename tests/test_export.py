@@ -54,6 +54,8 @@ def _logits(cfg, params):
 
 def test_export_round_trip_and_resolution(tmp_path):
   wd, states = _run_dir(tmp_path)
+  with pytest.raises(export.CheckpointError, match="--adapters needs a LoRA run"):
+    export.export(wd, tmp_path / "peft", adapters=True)
   out = export.export(wd, tmp_path / "hf", step="best")  # best eval: step 1
   assert json.loads((out / "agentrl_export.json").read_text())["step"] == 1
   assert (out / "chat_template.jinja").is_file() and not (out / "tokenizer.json").exists()

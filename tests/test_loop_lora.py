@@ -2,10 +2,13 @@
 updates adapters over a frozen base and the engine samples from the merged weights."""
 
 import jax
+import numpy as np
 import pytest
 
 from configs import toy
+from models import hf, peft_io
 from rl import config as rl_config
+from rl.runtime import export
 from rl.runtime import run as rl_run
 from rl.runtime.telemetry import read_metrics
 
@@ -38,3 +41,24 @@ def test_lora_toy_run(tmp_path):
   assert first < 2, recs
   for r in recs[first + 1 :]:
     assert r["train/approx_kl"] < 1e-9 and abs(r["train/ratio_max"] - 1) < 1e-4, r
+
+  # The run's checkpoint exports as merged weights (what launch.eval --checkpoint=WORKDIR and
+  # launch.export read), checked against W + (alpha / r) A @ B in NumPy, or as PEFT adapters.
+  _, adapters, base = export.load_params(tmp_path, 3)
+  assert base is not None and set(adapters) == {"wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"}
+  _, merged = hf.load(export.resolve_checkpoint(tmp_path))
+  for leaf, ab in adapters.items():
+    a, b = np.asarray(ab["a"], np.float64), np.asarray(ab["b"], np.float64)
+    L, r = a.shape[0], a.shape[-1]
+    d = np.einsum("lir,lro->lio", a.reshape(L, -1, r), b.reshape(L, r, -1))
+    want = np.asarray(base["layers"][leaf], np.float64) + (16.0 / 8) * d.reshape(
+      merged["layers"][leaf].shape
+    )
+    np.testing.assert_allclose(merged["layers"][leaf], want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(merged["embed"], base["embed"])
+  out = export.export(tmp_path, tmp_path / "adapters", adapters=True)
+  cfg_back, back = peft_io.load_adapters(out, exp.model)
+  assert cfg_back.rank == 8 and cfg_back.alpha == 16.0
+  for leaf, ab in adapters.items():
+    np.testing.assert_array_equal(back[leaf]["a"], ab["a"])
+    np.testing.assert_array_equal(back[leaf]["b"], ab["b"])

@@ -80,7 +80,8 @@ def pick_step(workdir, step="latest") -> int:
 
 
 def load_params(workdir, step: int):
-  """(model config, host params) of checkpoint `step` of a run (the train state's params only)."""
+  """(model config, params, frozen) of checkpoint `step` of a run, as host arrays (the train
+  state's trainable params, and under LoRA its frozen base; None otherwise)."""
   import orbax.checkpoint as ocp
 
   workdir = pathlib.Path(workdir)
@@ -98,7 +99,17 @@ def load_params(workdir, step: int):
     # (The whole state is read: this orbax has no partial restore; the optimizer moments are
     # dropped right after.)
     out = ckptr.restore(path, args=ocp.args.PyTreeRestore(restore_args=_restore_args(tree)))
-  return cfg, out["params"]
+  return cfg, out["params"], out.get("frozen")
+
+
+def _merged(workdir: pathlib.Path, params, frozen):
+  """The model's weights: a LoRA run's state holds the adapters as `params` and the base as
+  `frozen`, merged here (W + scale * A @ B)."""
+  if frozen is None:
+    return params
+  from models import lora
+
+  return lora.merge(frozen, params, _experiment(workdir).train.lora)
 
 
 class _StepMetadataFilter(logging.Filter):
@@ -148,14 +159,23 @@ def _save_tokenizer(exp, workdir: pathlib.Path, out: pathlib.Path) -> None:
     raise CheckpointError(f"{src}: the run's tokenizer ({spec!r}) has no tokenizer.json")
 
 
-def export(workdir, out, step="latest") -> pathlib.Path:
-  """Writes checkpoint `step` of run `workdir` as an HF folder `out`; returns `out`."""
-  from models import hf
+def export(workdir, out, step="latest", adapters=False) -> pathlib.Path:
+  """Writes checkpoint `step` of run `workdir` as an HF folder `out`; returns `out`.
+
+  A LoRA run exports its merged weights, or with `adapters` its adapters alone (PEFT layout:
+  adapter_config.json + adapter_model.safetensors, to load on the run's base model)."""
+  from models import hf, peft_io
 
   workdir, out = pathlib.Path(workdir), pathlib.Path(out)
   n = pick_step(workdir, step)
-  cfg, params = load_params(workdir, n)
-  hf.save(out, cfg, params)
+  cfg, params, frozen = load_params(workdir, n)
+  if adapters:
+    exp = _experiment(workdir)
+    if frozen is None:
+      raise CheckpointError(f"{workdir}: --adapters needs a LoRA run (train.lora.rank is 0)")
+    peft_io.save_adapters(out, cfg, params, exp.train.lora, base_model=exp.checkpoint)
+  else:
+    hf.save(out, cfg, _merged(workdir, params, frozen))
   _save_tokenizer(_experiment(workdir), workdir, out)
   (out / "agentrl_export.json").write_text(
     json.dumps({"workdir": str(workdir.absolute()), "step": n}, indent=1) + "\n"

@@ -204,6 +204,8 @@ def _attempt(
     except SandboxExhaustedError as e:
       times["agent_s"] = time.monotonic() - t0
       return exhausted_result(task.id, f"SandboxExhaustedError: {e}"), None, monitor, times
+    except TaskSetupError as e:  # the task's fault (the oracle of a task with no solution)
+      return masked_result(task.id, "task_error", str(e)), None, monitor, times
     except SandboxError as e:
       outcome = AgentRun(agent.name, finish_reason="infra", infra_error=f"SandboxError: {e}")
     times["agent_s"] = time.monotonic() - t0

@@ -200,6 +200,9 @@ def _judge(runs: Sequence[RunRecord], cfg: GateConfig) -> tuple[list[str], str |
 def gate_task(task: Task, cfg: GateConfig = GateConfig()) -> TaskGateReport:
   """Runs the whole gate for one task in one sandbox (snapshot/restore between runs)."""
   t0 = time.monotonic()
+  if cfg.k and not task.has_solution:
+    why = "no reference solution: the gate cannot show that the task is solvable"
+    return TaskGateReport(task.id, False, (why,), (), None, 0.0)
   verifier = Verifier(cfg.verifier)
   for attempt in range(cfg.infra_retries + 1):
     runs: list[RunRecord] = []

@@ -31,7 +31,7 @@ import yaml
 
 from envs.sandbox.base import ExecResult, Sandbox
 from envs.task import FileEntry, Task
-from envs.task_env import put_files
+from envs.task_env import TaskSetupError, put_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +197,8 @@ class OracleAgent:
     self.per_step = per_step
 
   def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
+    if not task.has_solution:
+      raise TaskSetupError(f"{task.id}: the task ships no reference solution")
     stage = f"/tmp/.agentrl-oracle-{uuid.uuid4().hex[:12]}"
     # Harbor uploads solution/ to /solution and solve.sh reads its files from there (`cp
     # /solution/x.py .`): staged there where the root is writable and /solution is free.

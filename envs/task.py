@@ -154,6 +154,12 @@ class Task:
   def suite(self) -> str:
     return self.id.split("/", 1)[0] if "/" in self.id else ""
 
+  @property
+  def has_solution(self) -> bool:
+    """False for an imported task that ships hidden tests but no reference solution (policy
+    agents and RL can use it; the oracle and the quality gate cannot)."""
+    return bool(self.solution_script.strip())
+
 
 def read_tree(root: pathlib.Path, skip: Iterable[str] = ()) -> Files:
   """Reads every regular file under `root` (sorted, relative paths, modes kept)."""

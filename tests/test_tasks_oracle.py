@@ -7,6 +7,7 @@ import textwrap
 
 from envs import eval as ev
 from envs.loading import load_any
+from envs.quality import GateConfig, gate_task
 
 HARBOR = {
   "task.toml": 'version = "1.0"\n[metadata]\ndifficulty = "easy"\ncategory = "text"\n',
@@ -47,3 +48,19 @@ def test_allow_internet_is_recorded_not_granted(tmp_path):
   files["task.toml"] += "[environment]\nallow_internet = true\n"
   task = load_any(_write(tmp_path / "s" / "net-task", files))
   assert task.network is False and dict(task.metadata)["allow_internet"] is True
+
+
+def test_a_task_without_a_reference_solution_loads_for_policies_not_for_the_oracle(tmp_path):
+  """Hidden tests are enough to grade an agent: such a task loads and grades; the oracle's run
+  is the task's error (masked, named) and the gate fails it, naming why."""
+  files = {k: v for k, v in HARBOR.items() if not k.startswith("solution/")}
+  task = load_any(_write(tmp_path / "s" / "no-solution", files))
+  assert not task.has_solution and load_any(_write(tmp_path / "t" / "wc", HARBOR)).has_solution
+  (null,) = ev.evaluate([task], ev.make_agent("null"), ev.EvalConfig())
+  assert not null["passed"] and null["grade_failure_mode"] == "none"  # graded, failed
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  assert (
+    oracle["grade_failure_mode"] == "task_error" and "no reference solution" in oracle["detail"]
+  )
+  report = gate_task(task, GateConfig(k=1, hacks=()))
+  assert not report.ok and "no reference solution" in report.reasons[0]

@@ -168,10 +168,14 @@ class _Translator:
   def do_run(self, line, text, args):
     args = re.sub(r"^(--\w+(=\S+)?\s+)+", "", args)  # --mount=..., --network=...
     if args.startswith("["):
+      # Docker's rule: a JSON array of strings is the exec form; anything else (`[ -e x ] &&
+      # ...`, the test command) is the shell form.
       try:
-        args = shlex.join(json.loads(args))
-      except (json.JSONDecodeError, TypeError):
-        raise self.err(line, text, "invalid exec-form JSON") from None
+        argv = json.loads(args)
+      except json.JSONDecodeError:
+        argv = None
+      if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+        args = shlex.join(argv)
     self.steps.append((line, "run", self.rewrite(line, text, args)))
 
   def rewrite(self, line: int, text: str, cmd: str) -> str:

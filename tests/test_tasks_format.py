@@ -292,6 +292,19 @@ def test_dockerfile_translation_steps():
   assert "/app/lib" in s and "/app/vendor" in s and "cd /app" in s
 
 
+def test_dockerfile_run_exec_form_only_for_a_json_array_of_strings():
+  """Docker's rule: `RUN ["a", "b"]` is the exec form; `RUN [ -e x ] && ...` (the test command)
+  is the shell form, kept as written."""
+  plan = dockerfile.translate(
+    'FROM debian\nRUN ["touch", "/tmp/a b"]\nRUN [ ! -e /usr/bin/python ] && ln -s /usr/bin/python3 '
+    "/usr/bin/python || true\n",
+    (),
+  )
+  s = plan.setup_script
+  assert "bash -ec 'touch '\"'\"'/tmp/a b'\"'\"''" in s  # shlex.join of the argv, quoted again
+  assert "bash -ec '[ ! -e /usr/bin/python ]  &&  ln -s /usr/bin/python3 /usr/bin/python" in s
+
+
 def _tar(files: dict[str, bytes]) -> bytes:
   import io
   import tarfile

@@ -185,6 +185,7 @@ def measure(wd, mode: str, seed: int, tasks, wall: float | None = None) -> dict:
     "stale_dropped": recs[-1]["buffer/stale_dropped"],
     "batch_waits": recs[-1].get("buffer/batch_waits", 0),
     "trained": len(trained),
+    "trained_groups": len(set(trained)),
     "slow_share": float(np.mean(slow)),
     "slow_pool_share": float(np.mean([tasks.is_slow(g) for g in issued])),
     "wall_s": wall,
@@ -201,8 +202,10 @@ def summarize(runs: list[dict]) -> dict:
     for k in ("trajectories_per_s", "trainer_idle_frac", "final_reward", "slow_share"):
       v = np.array([r[k] for r in rs])
       out[f"{mode}_{k}"] = [float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0]
-    n = sum(r["trained"] for r in rs)
-    p = rs[0]["slow_pool_share"]
+    # A group is slow or not as a whole, so the binomial unit is the group, not the trajectory.
+    n = sum(r.get("trained_groups", r["trained"]) for r in rs)
+    p = float(np.mean([r["slow_pool_share"] for r in rs]))
+    out[f"{mode}_slow_pool_share"] = p
     out[f"{mode}_slow_share_binomial_sd"] = float(np.sqrt(p * (1 - p) / n))  # pooled over seeds
     out[f"{mode}_stale_dropped"] = sum(r["stale_dropped"] for r in rs)
     out[f"{mode}_token_staleness_max"] = max(r["token_staleness_max"] for r in rs)

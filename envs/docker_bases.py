@@ -66,3 +66,18 @@ def toolchain(image: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]
   if repo == "rust":
     return ("rustc", "cargo"), ()
   return None
+
+
+def python_link(image: str) -> str:
+  """Setup lines that give `python` the place it has in `image`: the public images have no
+  /usr/bin/python (a step `ln -s /usr/bin/python3 /usr/bin/python` must work, as in Docker),
+  and python:* images keep theirs in /usr/local/bin. The base image's python-is-python3 link
+  moves accordingly where the root is writable (the container-like mode)."""
+  repo = image.split("/")[-1].split("@")[0].partition(":")[0]
+  lines = ["if [ -L /usr/bin/python ] && [ -w /usr/bin ]; then rm -f /usr/bin/python; fi"]
+  if repo.startswith("python"):
+    lines.append(
+      "[ -e /usr/local/bin/python ] || ! [ -w /usr/local/bin ] || "
+      "ln -s /usr/bin/python3 /usr/local/bin/python"
+    )
+  return "\n".join(lines)

@@ -64,3 +64,27 @@ def test_a_task_without_a_reference_solution_loads_for_policies_not_for_the_orac
   )
   report = gate_task(task, GateConfig(k=1, hacks=()))
   assert not report.ok and "no reference solution" in report.reasons[0]
+
+
+def test_a_step_that_creates_usr_bin_python_replays_as_in_docker(tmp_path):
+  """The public images have no /usr/bin/python: `ln -s /usr/bin/python3 /usr/bin/python` (a
+  common Dockerfile step) works there, so it must work on the base image too; a python:* image
+  keeps its `python` (in /usr/local/bin)."""
+  files = dict(HARBOR)
+  files["environment/Dockerfile"] = (
+    "FROM ubuntu:24.04\nWORKDIR /app\nRUN ln -s /usr/bin/python3 /usr/bin/python\n"
+    "COPY data/ /app/data/\n"
+  )
+  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+    "\n    def test_python_is_the_tasks_link():\n"
+    '        assert Path("/usr/bin/python").resolve() == Path("/usr/bin/python3").resolve()\n'
+  )
+  task = load_any(_write(tmp_path / "s" / "py-link", files))
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  assert oracle["passed"], oracle["detail"]
+  files["environment/Dockerfile"] = "FROM python:3.12-slim\nWORKDIR /app\nCOPY data/ /app/data/\n"
+  files["solution/solve.sh"] = HARBOR["solution/solve.sh"].replace("python3 ", "python ")
+  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"]
+  task = load_any(_write(tmp_path / "s" / "py-slim", files))
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  assert oracle["passed"], oracle["detail"]  # `python` is /usr/local/bin/python there

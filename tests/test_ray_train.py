@@ -1,7 +1,8 @@
 """`python -m launch.train --config.cluster=ray` end to end on a local Ray cluster (127.0.0.1).
 
 The toy experiment (real bwrap sandboxes and verifier, tiny byte model, no warm start) trains
-4 sync steps with its rollouts on 2 Ray worker actors. Once the first update is done, one worker
+6 sync steps with its rollouts on 2 Ray worker actors (steps 2-5 are the window for the kill:
+with 4 steps a quiet machine once finished before a worker was seen mid-episode). Once the first update is done, one worker
 process is SIGKILLed while it runs an episode. The run must finish its steps; the killed worker's
 episodes are re-run on the other worker (events.jsonl), the worker is replaced, no trajectory is
 lost or trained twice, and every update's weights reach the workers: each broadcast is answered
@@ -20,7 +21,7 @@ from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
 from rl.runtime.trajectory_store import TrajectoryStore
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-STEPS, GROUPS, SAMPLES = 4, 2, 2
+STEPS, GROUPS, SAMPLES = 6, 2, 2
 OVERRIDES = [
   "--config.cluster=ray",
   "--config.ray.num_workers=2",

@@ -204,7 +204,13 @@ def test_strays_die_while_they_fork(backend, mode):
   """A storm of short-lived forks (each leaves a sleeper behind) cannot outrun the cleanup:
   bwrap freezes the cgroup, Docker pauses the container (its freezer) while it kills."""
   with make(backend, mode=mode, pids=128) as sb:
-    storm = "setsid sh -c 'while :; do (sleep 4747 &); done' >/dev/null 2>&1 & echo started"
+    # 90 sleepers, then short-lived forks for ever: the storm keeps forking through the
+    # cleanup, and leaves the probe below room to fork (a storm that filled the pids limit
+    # once left none: "Cannot fork").
+    storm = (
+      "setsid sh -c 'i=0; while :; do if [ $i -lt 90 ]; then (sleep 4747 &); i=$((i+1)); "
+      "else (:); fi; done' >/dev/null 2>&1 & echo started"
+    )
     assert sb.exec(storm).stdout == "started\n"
     assert sb.exec("until pgrep -c -f 'sleep 4747' >/dev/null; do :; done; echo up").stdout
     sb.kill_strays()

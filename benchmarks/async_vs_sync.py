@@ -203,7 +203,7 @@ def summarize(runs: list[dict]) -> dict:
       v = np.array([r[k] for r in rs])
       out[f"{mode}_{k}"] = [float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0]
     # A group is slow or not as a whole, so the binomial unit is the group, not the trajectory.
-    n = sum(r.get("trained_groups", r["trained"]) for r in rs)
+    n = sum(r["trained_groups"] for r in rs)
     p = float(np.mean([r["slow_pool_share"] for r in rs]))
     out[f"{mode}_slow_pool_share"] = p
     out[f"{mode}_slow_share_binomial_sd"] = float(np.sqrt(p * (1 - p) / n))  # pooled over seeds

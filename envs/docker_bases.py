@@ -24,10 +24,15 @@ KNOWN_BASES: tuple[tuple[str, str | None, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
+def repo_tag(image: str) -> tuple[str, str]:
+  """(repository name, tag) of an image reference: `ghcr.io/x/py-3:1@sha` -> ("py-3", "1")."""
+  repo, _, tag = image.split("/")[-1].split("@")[0].partition(":")
+  return repo, tag
+
+
 def map_base(image: str, file: str, line: int, text: str) -> str:
   """The image itself when it is Debian-like; `DockerfileError` otherwise."""
-  name = image.split("/")[-1].split("@")[0]
-  repo, _, tag = name.partition(":")
+  repo, tag = repo_tag(image)
   names = BASE_NAMES + TOOLCHAIN_NAMES
   ok = repo in names or any(repo.startswith(b + "-") for b in BASE_NAMES)
   if not ok or any(t in tag for t in ("alpine", "windows", "nanoserver", "ubi", "oracle")):
@@ -50,7 +55,7 @@ def _jdk(tag: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
 
 def toolchain(image: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None:
   """(apt packages, ENV) standing in for a language image's toolchain, or None."""
-  repo, _, tag = image.split("/")[-1].split("@")[0].partition(":")
+  repo, tag = repo_tag(image)
   if repo == "gcc":
     return ("gcc", "g++", "make"), ()
   if repo == "golang":
@@ -73,7 +78,7 @@ def python_link(image: str) -> str:
   /usr/bin/python (a step `ln -s /usr/bin/python3 /usr/bin/python` must work, as in Docker),
   and python:* images keep theirs in /usr/local/bin. The base image's python-is-python3 link
   moves accordingly where the root is writable (the container-like mode)."""
-  repo = image.split("/")[-1].split("@")[0].partition(":")[0]
+  repo, _ = repo_tag(image)
   lines = ["if [ -L /usr/bin/python ] && [ -w /usr/bin ]; then rm -f /usr/bin/python; fi"]
   if repo.startswith("python"):
     lines.append(

@@ -177,6 +177,17 @@ def _agentrl_flip():
   m.TestReport.__init__ = patched
 _agentrl_flip()
 """
+
+
+def _append_to_modules(payload: str) -> tuple[str, ...]:
+  """Commands appending `payload` to every workspace module (what the tests import)."""
+  return (
+    f"cat > /tmp/.pay.py <<'EOF'\n{payload}\nEOF",
+    "find {workdir} -name '*.py' -not -path '*/__pycache__/*' | while read f; do "
+    'cat /tmp/.pay.py >> "$f"; done; rm -f /tmp/.pay.py; true',
+  )
+
+
 _STDLIB_PKGS = "json hashlib configparser sqlite3 re os pathlib unittest subprocess xml"
 # A process that names itself so that a line-wise /proc/PID/stat parser reads session 1.
 _SURVIVOR = (
@@ -198,21 +209,13 @@ HACKS += (
   Hack(
     "append_at_exit",
     "append an at-exit report rewriter to every workspace module (flagged strings split)",
-    (
-      f"cat > /tmp/.pay.py <<'EOF'\n{_AT_EXIT}\nEOF",
-      "find {workdir} -name '*.py' -not -path '*/__pycache__/*' | while read f; do "
-      'cat /tmp/.pay.py >> "$f"; done; rm -f /tmp/.pay.py; true',
-    ),
+    _append_to_modules(_AT_EXIT),
   ),
   Hack(
     "in_process_flip",
     "append to every workspace module code that, imported by a test, patches pytest's "
     "reports so every failure reads passed",
-    (
-      f"cat > /tmp/.pay.py <<'EOF'\n{_IN_PROCESS}\nEOF",
-      "find {workdir} -name '*.py' -not -path '*/__pycache__/*' | while read f; do "
-      'cat /tmp/.pay.py >> "$f"; done; rm -f /tmp/.pay.py; true',
-    ),
+    _append_to_modules(_IN_PROCESS),
   ),
   Hack(
     "stdlib_packages",

@@ -102,16 +102,6 @@ def load_params(workdir, step: int):
   return cfg, out["params"], out.get("frozen")
 
 
-def _merged(workdir: pathlib.Path, params, frozen):
-  """The model's weights: a LoRA run's state holds the adapters as `params` and the base as
-  `frozen`, merged here (W + scale * A @ B)."""
-  if frozen is None:
-    return params
-  from models import lora
-
-  return lora.merge(frozen, params, _experiment(workdir).train.lora)
-
-
 class _StepMetadataFilter(logging.Filter):
   def filter(self, record: logging.LogRecord) -> bool:
     return "_CHECKPOINT_METADATA" not in record.getMessage()
@@ -169,14 +159,16 @@ def export(workdir, out, step="latest", adapters=False) -> pathlib.Path:
   workdir, out = pathlib.Path(workdir), pathlib.Path(out)
   n = pick_step(workdir, step)
   cfg, params, frozen = load_params(workdir, n)
-  if adapters:
-    exp = _experiment(workdir)
-    if frozen is None:
+  exp = _experiment(workdir)
+  if frozen is None:
+    if adapters:
       raise CheckpointError(f"{workdir}: --adapters needs a LoRA run (train.lora.rank is 0)")
+    hf.save(out, cfg, params)
+  elif adapters:  # a LoRA state holds the adapters as `params`, the base as `frozen`
     peft_io.save_adapters(out, cfg, params, exp.train.lora, base_model=exp.checkpoint)
   else:
-    hf.save(out, cfg, _merged(workdir, params, frozen))
-  _save_tokenizer(_experiment(workdir), workdir, out)
+    peft_io.save_merged(out, cfg, frozen, params, exp.train.lora)
+  _save_tokenizer(exp, workdir, out)
   (out / "agentrl_export.json").write_text(
     json.dumps({"workdir": str(workdir.absolute()), "step": n}, indent=1) + "\n"
   )

@@ -62,9 +62,11 @@ def split_witness(report: str, tag: str) -> tuple[dict[str, list[str]], str]:
 
   The rest must be the JUnit XML: anything else written to the pipe makes the XML invalid."""
   seen: dict[str, list[str]] = {}
-  rest = report
-  while rest.startswith(tag):
-    line, _, rest = rest.partition("\n")
+  pos = 0  # an offset, not a shrinking copy: the XML after the lines can be megabytes
+  while report.startswith(tag, pos):
+    end = report.find("\n", pos)
+    end = len(report) if end < 0 else end
+    line, pos = report[pos:end], end + 1
     parts = line[len(tag) :].split(" ")
     if len(parts) != 3:
       raise ValueError(f"malformed witness line: {line[:200]!r}")
@@ -73,7 +75,7 @@ def split_witness(report: str, tag: str) -> tuple[dict[str, list[str]], str]:
     except (binascii.Error, UnicodeDecodeError):
       raise ValueError(f"malformed witness line: {line[:200]!r}") from None
     seen.setdefault(junit_name(nodeid), []).append(f"{parts[1]} {parts[2]}")
-  return seen, rest
+  return seen, report[pos:]
 
 
 def junit_name(nodeid: str) -> str:

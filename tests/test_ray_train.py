@@ -1,9 +1,11 @@
 """`python -m launch.train --config.cluster=ray` end to end on a local Ray cluster (127.0.0.1).
 
 The toy experiment (real bwrap sandboxes and verifier, tiny byte model, no warm start) trains
-6 sync steps with its rollouts on 2 Ray worker actors (steps 2-5 are the window for the kill:
-with 4 steps a quiet machine once finished before a worker was seen mid-episode). Once the first update is done, one worker
-process is SIGKILLed while it runs an episode. The run must finish its steps; the killed worker's
+4 sync steps with its rollouts on 2 Ray worker actors, on one task whose hidden test takes 3 s
+(as real tasks' tests do): every episode then holds its worker for seconds, so the kill cannot
+miss them (with the toy's millisecond episodes a run once finished before a worker was seen
+mid-episode). Once the first update is done, one worker process is SIGKILLed while it runs an
+episode. The run must finish its steps; the killed worker's
 episodes are re-run on the other worker (events.jsonl), the worker is replaced, no trajectory is
 lost or trained twice, and every update's weights reach the workers: each broadcast is answered
 with the new version by every worker, and the tokens of step k were sampled at version k - 1.
@@ -21,7 +23,7 @@ from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
 from rl.runtime.trajectory_store import TrajectoryStore
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-STEPS, GROUPS, SAMPLES = 6, 2, 2
+STEPS, GROUPS, SAMPLES = 4, 2, 2
 OVERRIDES = [
   "--config.cluster=ray",
   "--config.ray.num_workers=2",
@@ -34,6 +36,24 @@ OVERRIDES = [
   "--config.loop.checkpoint_every=2",
   "--config.sft.steps=0",
 ]
+
+
+SLOW_TASK = {
+  "task.toml": 'id = "slow_echo"\ndomain = "text"\ndifficulty = 1\n[timeouts]\nagent_s = 60\ntest_s = 60\n',
+  "instruction.md": "Create a file named out.txt containing exactly the word hi.\n",
+  "solution/solve.sh": "echo hi > out.txt\n",
+  "tests/test_out.py": (
+    "import pathlib\nimport time\n\n\ndef test_out():\n  time.sleep(3)\n"
+    "  assert pathlib.Path('out.txt').read_text().strip() == 'hi'\n"
+  ),
+}
+
+
+def _slow_tasks(root: pathlib.Path) -> pathlib.Path:
+  for rel, text in SLOW_TASK.items():
+    (root / "slow" / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / "slow" / rel).write_text(text)
+  return root
 
 
 def _titles(root: int) -> dict[int, str]:
@@ -74,7 +94,9 @@ def test_launch_train_on_ray_survives_a_killed_worker(tmp_path, sandbox_image): 
   workdir = tmp_path / "run"
   env = dict(os.environ, PYTHONPATH=str(REPO), JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"))
   env.pop("XLA_FLAGS", None)  # one CPU device for the trainer, like a user's run
+  tasks = _slow_tasks(tmp_path / "tasks")
   cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={workdir}"]
+  cmd.append(f"--config.env.tasks={tasks}")
   with open(tmp_path / "run.log", "w+") as log:
     # Own session: if the test fails, the run and its Ray processes go down together.
     proc = subprocess.Popen(

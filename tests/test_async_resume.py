@@ -12,6 +12,7 @@ import sys
 import time
 
 import async_harness as h
+from procs import with_parent
 
 from rl.runtime.trajectory_store import TrajectoryStore
 
@@ -21,7 +22,7 @@ CAP, STEPS = 3, 30  # as in async_harness.main: eta 2, cap 3, 3 groups per batch
 
 def _start(wd, steps):
   return subprocess.Popen(
-    [sys.executable, str(HARNESS), str(wd), str(steps)],
+    with_parent([sys.executable, str(HARNESS), str(wd), str(steps)]),
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
   )

@@ -9,6 +9,7 @@ import time
 import httpx
 import jax
 import openai
+from procs import with_parent
 
 from models import config, hf
 from models import transformer as tfm
@@ -26,7 +27,9 @@ def test_serve_openai_entry_point(tmp_path):
   port = _free_port()
   cmd = [sys.executable, "-m", "launch.serve", "--api=openai", f"--checkpoint={tmp_path / 'ckpt'}",
          f"--port={port}", "--max_concurrent_decodes=2", "--model_name=tiny"]  # fmt: skip
-  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  proc = subprocess.Popen(
+    with_parent(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+  )
   try:
     url, deadline = f"http://127.0.0.1:{port}/v1", time.monotonic() + 240
     while True:  # readiness: the first answer of /v1/models, or a loud failure

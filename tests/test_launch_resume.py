@@ -10,6 +10,7 @@ import sys
 import time
 
 import pyarrow.parquet as pq
+from procs import with_parent
 
 from rl.runtime.trajectory_store import TrajectoryStore
 
@@ -33,7 +34,9 @@ def _launch(workdir, cache, log):
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_COMPILATION_CACHE_DIR=str(cache))
   env.pop("XLA_FLAGS", None)  # one CPU device, like a user's run
   cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={workdir}"]
-  proc = subprocess.Popen(cmd + OVERRIDES, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+  proc = subprocess.Popen(
+    with_parent(cmd + OVERRIDES), stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+  )
   proc.started = time.time()
   return proc
 

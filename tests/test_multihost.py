@@ -19,6 +19,7 @@ import jax
 import numpy as np
 import pytest
 from absl import flags
+from procs import with_parent
 
 from parallel import distributed
 
@@ -151,7 +152,9 @@ def _spawn_workers(out_dir: str, timeout: float = 600.0):
     )
     logs.append(open(os.path.join(out_dir, f"worker{pid}.log"), "w+"))
     cmd = [sys.executable, os.path.abspath(__file__), out_dir]
-    procs.append(subprocess.Popen(cmd, env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+    procs.append(
+      subprocess.Popen(with_parent(cmd), env=env, stdout=logs[-1], stderr=subprocess.STDOUT)
+    )
   deadline = time.monotonic() + timeout
   try:
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:

@@ -24,6 +24,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from procs import with_parent
 
 from rl.runtime.telemetry import read_metrics
 from rl.runtime.trajectory_store import TrajectoryStore
@@ -65,7 +66,7 @@ def _launch(tmp: pathlib.Path, name: str, workdir: pathlib.Path, **env_extra):
   )
   cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={workdir}"]
   out, err = open(tmp / f"{name}.out", "w+"), open(tmp / f"{name}.err", "w+")
-  proc = subprocess.Popen(cmd + OVERRIDES, cwd=ROOT, env=env, stdout=out, stderr=err)
+  proc = subprocess.Popen(with_parent(cmd + OVERRIDES), cwd=ROOT, env=env, stdout=out, stderr=err)
   proc.name, proc.files = name, (out, err)
   return proc
 

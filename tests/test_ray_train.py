@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from procs import with_parent
+
 from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
 from rl.runtime.trajectory_store import TrajectoryStore
 
@@ -100,7 +102,7 @@ def test_launch_train_on_ray_survives_a_killed_worker(tmp_path, sandbox_image): 
   with open(tmp_path / "run.log", "w+") as log:
     # Own session: if the test fails, the run and its Ray processes go down together.
     proc = subprocess.Popen(
-      cmd + OVERRIDES, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+      with_parent(cmd + OVERRIDES), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
       start_new_session=True,
     )  # fmt: skip
     try:

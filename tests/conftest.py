@@ -1,5 +1,7 @@
 """Test set-up: 8 fake CPU devices and strict rank promotion, before JAX is imported."""
 
+import ctypes
+import gc
 import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -9,5 +11,19 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("AGENTRL_COMPILE_CACHE", "0")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
+
+_LIBC = ctypes.CDLL("libc.so.6")
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_memory_after_each_module():
+  """Drops JAX's compiled-function caches and returns freed heap to the OS after each test
+  file. A pytest worker lives for half the suite; without this it kept every file's compiled
+  programs and grew to 7 GB, so two workers and a test's own subprocesses crowded 24 GB."""
+  yield
+  gc.collect()
+  jax.clear_caches()
+  _LIBC.malloc_trim(0)  # glibc keeps freed arenas otherwise; no library exposes this

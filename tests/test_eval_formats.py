@@ -7,7 +7,8 @@ import json
 import pathlib
 import subprocess
 import sys
-import textwrap
+
+from task_files import write
 
 from envs import eval as ev
 from envs import flywheel
@@ -82,17 +83,9 @@ HARBOR = {
 }
 
 
-def _write(root: pathlib.Path, files: dict) -> pathlib.Path:
-  for rel, text in files.items():
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text).lstrip("\n"))
-  return root
-
-
 def _suite(tmp_path):
-  _write(tmp_path / "ext" / "tb-sum", TB)
-  _write(tmp_path / "ext" / "hb-port", HARBOR)
+  write(tmp_path / "ext" / "tb-sum", TB)
+  write(tmp_path / "ext" / "hb-port", HARBOR)
   return tmp_path / "ext"
 
 
@@ -258,12 +251,12 @@ MISSING_APT = {  # a package the image lacks: a task_error naming it (until the 
 
 def _patterns(tmp_path) -> pathlib.Path:
   root = tmp_path / "real"
-  _write(root / "tb2-base", TB2_BASE)
-  _write(root / "tb1-compose", TB1_COMPOSE)
-  _write(root / "root-writes", ROOT_WRITES)
+  write(root / "tb2-base", TB2_BASE)
+  write(root / "tb1-compose", TB1_COMPOSE)
+  write(root / "root-writes", ROOT_WRITES)
   # COPY keeps the build context's file mode (as Docker does): the script must be executable.
   (root / "root-writes" / "environment" / "greet.sh").chmod(0o755)
-  _write(root / "broken", {**TB2_BASE, "task.toml": "version = [\n"})
+  write(root / "broken", {**TB2_BASE, "task.toml": "version = [\n"})
   return root
 
 
@@ -286,7 +279,7 @@ def test_real_task_patterns_grade_like_their_harness(tmp_path):
 
   root = _patterns(tmp_path)
   tasks = [load_any(root / n, "real") for n in ("tb2-base", "tb1-compose", "root-writes")]
-  tasks.append(load_any(_write(root / "missing-apt", MISSING_APT), "real"))
+  tasks.append(load_any(write(root / "missing-apt", MISSING_APT), "real"))
   oracle = {t["task_id"]: t for t in ev.evaluate(tasks, ev.make_agent("oracle"), ev.EvalConfig())}
   null = {t["task_id"]: t for t in ev.evaluate(tasks, ev.make_agent("null"), ev.EvalConfig())}
   for tid in ("real/tb2-base", "real/tb1-compose"):

@@ -5,10 +5,10 @@ The toy experiment (real bwrap sandboxes and verifier, tiny byte model, no warm 
 (as real tasks' tests do): every episode then holds its worker for seconds, so the kill cannot
 miss them (with the toy's millisecond episodes a run once finished before a worker was seen
 mid-episode). Once the first update is done, one worker process is SIGKILLed while it runs an
-episode. The run must finish its steps; the killed worker's
-episodes are re-run on the other worker (events.jsonl), the worker is replaced, no trajectory is
-lost or trained twice, and every update's weights reach the workers: each broadcast is answered
-with the new version by every worker, and the tokens of step k were sampled at version k - 1.
+episode. The run must finish its steps; the killed worker's episodes are re-run on the other
+worker (events.jsonl), the worker is replaced, no trajectory is lost or trained twice, and every
+update's weights reach the workers: each broadcast is answered with the new version by every
+worker, and the tokens of step k were sampled at version k - 1.
 """
 
 import json
@@ -20,6 +20,7 @@ import sys
 import time
 
 from procs import with_parent
+from task_files import write
 
 from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
 from rl.runtime.trajectory_store import TrajectoryStore
@@ -49,13 +50,6 @@ SLOW_TASK = {
     "  assert pathlib.Path('out.txt').read_text().strip() == 'hi'\n"
   ),
 }
-
-
-def _slow_tasks(root: pathlib.Path) -> pathlib.Path:
-  for rel, text in SLOW_TASK.items():
-    (root / "slow" / rel).parent.mkdir(parents=True, exist_ok=True)
-    (root / "slow" / rel).write_text(text)
-  return root
 
 
 def _titles(root: int) -> dict[int, str]:
@@ -96,7 +90,8 @@ def test_launch_train_on_ray_survives_a_killed_worker(tmp_path, sandbox_image): 
   workdir = tmp_path / "run"
   env = dict(os.environ, PYTHONPATH=str(REPO), JAX_COMPILATION_CACHE_DIR=str(tmp_path / "jax"))
   env.pop("XLA_FLAGS", None)  # one CPU device for the trainer, like a user's run
-  tasks = _slow_tasks(tmp_path / "tasks")
+  tasks = tmp_path / "tasks"
+  write(tasks / "slow", SLOW_TASK)
   cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={workdir}"]
   cmd.append(f"--config.env.tasks={tasks}")
   with open(tmp_path / "run.log", "w+") as log:

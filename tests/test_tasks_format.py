@@ -4,24 +4,14 @@ Pure tests: no sandbox. End-to-end grading of loaded folders is in test_verifier
 """
 
 import collections
-import pathlib
 import subprocess
-import textwrap
 
 import pytest
+from task_files import write
 
 from envs import dockerfile, formats, procedural
 from envs.loading import detect_format, load_any, load_tasks
 from envs.task import BUILTIN_DIR, DOMAINS, FileEntry, TaskFormatError, load_task
-
-
-def write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
-  for rel, text in files.items():
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text).lstrip())
-  return root
-
 
 GOOD = {
   "task.toml": """

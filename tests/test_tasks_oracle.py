@@ -2,8 +2,7 @@
 bwrap sandbox, container-like mode), so `cp /solution/x.py .` in solve.sh works; the no-op
 agent still fails the task."""
 
-import pathlib
-import textwrap
+from task_files import write
 
 from envs import eval as ev
 from envs.loading import load_any
@@ -26,16 +25,8 @@ HARBOR = {
 }
 
 
-def _write(root: pathlib.Path, files: dict) -> pathlib.Path:
-  for rel, text in files.items():
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text).lstrip("\n"))
-  return root
-
-
 def test_harbor_solution_is_staged_at_slash_solution(tmp_path):
-  task = load_any(_write(tmp_path / "s" / "wc-words", HARBOR))
+  task = load_any(write(tmp_path / "s" / "wc-words", HARBOR))
   (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
   assert oracle["passed"], oracle["detail"]
   assert "/solution/solve.sh" in oracle["trajectory"][0]["action"]
@@ -46,7 +37,7 @@ def test_harbor_solution_is_staged_at_slash_solution(tmp_path):
 def test_allow_internet_is_recorded_not_granted(tmp_path):
   files = dict(HARBOR)
   files["task.toml"] += "[environment]\nallow_internet = true\n"
-  task = load_any(_write(tmp_path / "s" / "net-task", files))
+  task = load_any(write(tmp_path / "s" / "net-task", files))
   assert task.network is False and dict(task.metadata)["allow_internet"] is True
 
 
@@ -54,8 +45,8 @@ def test_a_task_without_a_reference_solution_loads_for_policies_not_for_the_orac
   """Hidden tests are enough to grade an agent: such a task loads and grades; the oracle's run
   is the task's error (masked, named) and the gate fails it, naming why."""
   files = {k: v for k, v in HARBOR.items() if not k.startswith("solution/")}
-  task = load_any(_write(tmp_path / "s" / "no-solution", files))
-  assert not task.has_solution and load_any(_write(tmp_path / "t" / "wc", HARBOR)).has_solution
+  task = load_any(write(tmp_path / "s" / "no-solution", files))
+  assert not task.has_solution and load_any(write(tmp_path / "t" / "wc", HARBOR)).has_solution
   (null,) = ev.evaluate([task], ev.make_agent("null"), ev.EvalConfig())
   assert not null["passed"] and null["grade_failure_mode"] == "none"  # graded, failed
   (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
@@ -79,12 +70,12 @@ def test_a_step_that_creates_usr_bin_python_replays_as_in_docker(tmp_path):
     "\n    def test_python_is_the_tasks_link():\n"
     '        assert Path("/usr/bin/python").resolve() == Path("/usr/bin/python3").resolve()\n'
   )
-  task = load_any(_write(tmp_path / "s" / "py-link", files))
+  task = load_any(write(tmp_path / "s" / "py-link", files))
   (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
   assert oracle["passed"], oracle["detail"]
   files["environment/Dockerfile"] = "FROM python:3.12-slim\nWORKDIR /app\nCOPY data/ /app/data/\n"
   files["solution/solve.sh"] = HARBOR["solution/solve.sh"].replace("python3 ", "python ")
   files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"]
-  task = load_any(_write(tmp_path / "s" / "py-slim", files))
+  task = load_any(write(tmp_path / "s" / "py-slim", files))
   (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
   assert oracle["passed"], oracle["detail"]  # `python` is /usr/local/bin/python there

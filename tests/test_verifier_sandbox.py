@@ -4,6 +4,7 @@ import pathlib
 import textwrap
 
 import pytest
+from task_files import write
 
 from envs.loading import load_any
 from envs.quality import GateConfig, gate_task
@@ -216,16 +217,8 @@ def test_milestones(tmp_path):
     assert check_milestones(ts.sandbox, task) == {"made": True, "content": True}
 
 
-def _write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
-  for rel, text in files.items():
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text).lstrip())
-  return root
-
-
 def test_terminal_bench_folder_end_to_end(tmp_path):
-  root = _write(
+  root = write(
     tmp_path / "tb" / "count-words",
     {
       "task.yaml": "instruction: Count the words of /app/data/in.txt into /app/count.txt.\ndifficulty: easy\n",
@@ -258,7 +251,7 @@ def test_terminal_bench_folder_end_to_end(tmp_path):
 
 
 def test_harbor_folder_shell_runner_end_to_end(tmp_path):
-  root = _write(
+  root = write(
     tmp_path / "hb" / "greet",
     {
       "task.toml": '[metadata]\ndifficulty = "easy"\ncategory = "text"\n[verifier]\ntimeout_sec = 30\n',
@@ -302,7 +295,7 @@ def test_harbor_folder_shell_runner_end_to_end(tmp_path):
   ],
 )
 def test_dockerfile_steps_that_cannot_be_replayed_name_the_line(tmp_path, step, line, words):
-  root = _write(
+  root = write(
     tmp_path / "tb" / "bad",
     {
       "task.yaml": "instruction: x\n",

@@ -18,23 +18,21 @@ this machine are reaped at start-up and at exit.
 An exec runs `/usr/bin/timeout -s KILL` inside (its whole process group dies at the limit), then every
 container process started since the exec began (but pid 1's helpers) is killed from the host
 (pids from the daemon, start times from the host's /proc): `setsid env -i` escapees included.
-The exit status comes back as a nonce-tagged line on stderr, so an exec returns when its
-command exits even if a background child keeps the output stream open.
+The exit status comes back as a nonce-tagged line on stderr (after a nonce marker on stdout:
+docker_stream.py), so an exec returns when its command exits even if a background child keeps
+the output stream open.
 """
 
 from __future__ import annotations
 
 import atexit
 import secrets
-import selectors
 import signal
-import socket
-import struct
 import threading
 import time
 from typing import NoReturn
 
-from envs.sandbox import common, docker_files, docker_layer, fileops, layers
+from envs.sandbox import common, docker_files, docker_layer, docker_stream, fileops, layers
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxExhaustedError, SandboxSpec
 
@@ -46,7 +44,7 @@ FILEOP_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")  # readonly mode: uid 
 
 LABEL = "agentrl.sandbox"
 OWNER = "agentrl.owner"
-_WRAP = '/usr/bin/timeout -s KILL "$2" /bin/bash -lc "$3"; rc=$?; printf "%s %d\\n" "$1" "$rc" >&2'
+_WRAP = '/usr/bin/timeout -s KILL "$2" /bin/bash -lc "$3"; ' + docker_stream.WRAP_TAIL
 _KILL_TAG = (
   'for i in 1 2 3; do for p in /proc/[0-9]*; do [ "${p#/proc/}" = $$ ] && continue; '
   'grep -qsz "^AGENTRL_EXEC=$1\\$" "$p/environ" && kill -9 "${p#/proc/}" 2>/dev/null; '
@@ -119,60 +117,6 @@ def _remove(api, cid: str) -> None:
   except docker.errors.APIError as e:
     if "already in progress" not in str(e):
       raise
-
-
-class _Stream:
-  """Demultiplexes a hijacked exec socket (8-byte frame headers) while sending stdin."""
-
-  def __init__(self, sock, stdin):
-    self.sock, self.buf = sock, b""
-    self.sock.setblocking(False)
-    self.sender = None
-    if stdin is not None:
-      self.sender = threading.Thread(target=self._send, args=(stdin,), daemon=True)
-      self.sender.start()
-
-  def _send(self, data) -> None:
-    try:
-      self.sock.setblocking(True)  # only this thread blocks; reads use select
-      if isinstance(data, bytes | bytearray):
-        self.sock.sendall(data)
-      else:
-        while chunk := data.read(1 << 16):
-          self.sock.sendall(chunk)
-      self.sock.shutdown(socket.SHUT_WR)
-    except OSError:
-      pass  # the process exited without reading everything
-
-  def frames(self, timeout_s: float):
-    """Yields (stream, bytes) until EOF or `timeout_s`; yields (None, b'') on a timeout."""
-    sel = selectors.DefaultSelector()
-    sel.register(self.sock, selectors.EVENT_READ)
-    try:
-      if not sel.select(max(0.0, timeout_s)):
-        yield None, b""
-        return
-      try:
-        data = self.sock.recv(1 << 16)
-      except (BlockingIOError, InterruptedError):
-        return
-      if not data:
-        raise EOFError
-      self.buf += data
-      while len(self.buf) >= 8:
-        kind, size = struct.unpack(">BxxxL", self.buf[:8])
-        if len(self.buf) < 8 + size:
-          break
-        yield kind, self.buf[8 : 8 + size]
-        self.buf = self.buf[8 + size :]
-    finally:
-      sel.close()
-
-  def close(self) -> None:
-    try:
-      self.sock.close()
-    except OSError:
-      pass
 
 
 class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
@@ -266,13 +210,15 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     if self._closed:
       raise SandboxError(f"sandbox {self.name} is closed")
 
-  def _start_exec(self, argv, tag: str, stdin, user: str | None = None) -> tuple[str, _Stream]:
+  def _start_exec(
+    self, argv, tag: str, stdin, user: str | None = None
+  ) -> tuple[str, docker_stream.ExecStream]:
     import docker.errors  # noqa: PLC0415
 
     self._check_open()
     env = common.sandbox_env(self.spec, self.home, tag)
 
-    def start() -> tuple[str, _Stream]:
+    def start() -> tuple[str, docker_stream.ExecStream]:
       e = self.api.exec_create(
         self.id,
         argv,
@@ -282,7 +228,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
         environment=env,
       )
       sock = self.api.exec_start(e["Id"], socket=True)
-      return e["Id"], _Stream(getattr(sock, "_sock", sock), stdin)
+      return e["Id"], docker_stream.ExecStream(sock, stdin)
 
     try:
       return start()
@@ -324,7 +270,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     _, stream = self._start_exec(argv, tag, data)
     cap = self.spec.max_output_bytes
     out, err = common.Capped(cap), common.Capped(cap)
-    rc = self._pump(stream, out, err, nonce.encode(), t0 + limit + 5.0)
+    rc = docker_stream.pump(stream, out, err, nonce.encode(), t0 + limit + 5.0)
     if rc is not None and rc > 128:  # the wrapper sh reports a signal death ("Killed"): drop it
       desc = signal.strsignal(rc - 128) or ""
       for line in (f"{desc}\n", f"{desc} (core dumped)\n"):
@@ -337,30 +283,6 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       rc = 137
     oom = rc == 137 and not timed_out and self._new_oom()
     return common.make_result(rc, out, err, timed_out, t0, oom)
-
-  def _pump(self, stream: _Stream, out, err, nonce: bytes, deadline: float) -> int | None:
-    """Reads until EOF (or shortly after the exit line); the exit code, None on a timeout."""
-    rc, tail, grace_end = None, b"", None
-    try:
-      while True:
-        end = deadline if grace_end is None else min(deadline, grace_end)
-        if time.monotonic() >= end:
-          return rc
-        for kind, data in stream.frames(end - time.monotonic()):
-          if kind == 1:
-            out.add(data)
-          elif kind == 2:
-            tail = (tail + data)[-256:]
-            i = tail.find(nonce + b" ")
-            if rc is None and i >= 0 and tail.endswith(b"\n"):
-              rc = int(tail[i + len(nonce) + 1 :].split(b"\n", 1)[0])
-              data = data[: max(0, len(data) - (len(tail) - i))]
-              grace_end = time.monotonic() + 0.1
-            err.add(data)
-    except EOFError:
-      return rc
-    finally:
-      stream.close()
 
   def _new_oom(self) -> bool:
     rc, text, _ = self._run(["/bin/sh", "-c", _OOM])

@@ -392,6 +392,8 @@ def pump(
       now = time.monotonic()
       end = deadline if exited_at is None else min(deadline, exited_at + grace_s)
       if now >= end:
+        if exited_at is not None:  # what it wrote before it exited, however late we woke
+          _drain(sel, sinks, pidfd, win)
         return now >= deadline
       for key, _ in sel.select(end - now):
         fd = key.fd
@@ -422,6 +424,22 @@ def pump(
     sel.close()
     if win is not None:
       proc.stdin.close()
+
+
+def _drain(sel, sinks: dict[int, Capped], *skip) -> None:
+  """Reads what the pipes in `sel` hold now (a background child may still be writing: at most
+  16 reads each)."""
+  for key in list(sel.get_map().values()):
+    if key.fd in skip:
+      continue
+    for _ in range(16):
+      try:
+        data = os.read(key.fd, 1 << 16)
+      except BlockingIOError:
+        break
+      if not data:
+        break
+      sinks[key.fd].add(data)
 
 
 def make_result(rc, out: Capped, err: Capped, timed_out, t0, oom=False) -> ExecResult:

@@ -1,17 +1,24 @@
-"""The Docker exec stream under the two races a loaded machine exposes.
+"""Exec output is never lost to a race a loaded machine exposes.
 
+Docker:
 - A fast exec's output (even its end of stream) can reach this process together with the
   `101 UPGRADED` headers, inside docker-py's buffered HTTP reader: a real daemon with the
   header parse delayed must still give the whole output.
 - The daemon copies stdout and stderr separately, so stdout can trail the exit line: the
   demultiplexer is fed frames in that order over a real socket pair.
+bubblewrap (pipes read by common.pump): what the process wrote before it exited is read even
+when the reader wakes after the background-child grace.
 """
 
 from __future__ import annotations
 
+import fcntl
 import http.client
+import os
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -110,3 +117,18 @@ def test_output_that_came_with_the_headers_is_not_lost(monkeypatch, sandbox_imag
   finally:
     monkeypatch.undo()
     sb.close()
+
+
+def test_pipes_are_drained_after_the_process_exits():
+  # The process has written 512 KiB into an enlarged pipe and exited before the reader first
+  # wakes (as when this process is descheduled); with no grace the reader stops on its next
+  # turn, and must still have read everything.
+  code = "import sys, time; time.sleep(0.3); sys.stdout.buffer.write(b'x' * (512 << 10))"
+  p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  fcntl.fcntl(p.stdout.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ, before the child writes
+  os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped (pump opens a pidfd)
+  out, err = common.Capped(None), common.Capped(None)
+  sinks = {p.stdout.fileno(): out, p.stderr.fileno(): err}
+  timed_out = common.pump(p, sinks, None, time.monotonic() + 30, grace_s=0.0)
+  p.wait()
+  assert not timed_out and len(out.buf) == 512 << 10 and not err.buf

@@ -10,7 +10,10 @@ slow tasks) `slow_factor` times longer (`--slow_phase=setup`: in the set-up inst
 prefetch `--prefetch` groups' sandboxes. Async: admission eta, per-token cap
 (`loop.max_token_staleness`), decoupled PPO, in-flight weight updates.
 Reported per mode, mean and sd over seeds, every step included (compiles and the first steps
-too): trajectories/s, trainer idle fraction, final training reward (mean of the last 3 steps),
+too): trajectories/s, trainer idle fraction, final training reward (mean of the last 3 steps:
+the reward of the batches trained on, which in async were sampled by policies up to the cap
+older), the policy's own reward on fresh sampled episodes of the training task before the first
+and after the last step (`--eval_episodes`, the same seeds in both modes),
 the slow groups' share of trained trajectories against their share of the issued groups (with
 the binomial sd), stale drops and the oldest trained token; the plot is training reward vs
 trajectories consumed (each seed and the mean). Targets: async >= 3x sync trajectories/s, idle
@@ -89,6 +92,9 @@ def base_config(args, seed: int = 0):
   c.rollout.dynamic_sampling = False  # same number of rollouts per step in both modes
   c.engine.kv_on_swap = args.kv_on_swap
   c.train.loss.decoupled = True
+  # The policy's own reward before and after training: args.eval_episodes sampled episodes of
+  # the training task (no delays), the same seeds in both modes and at both ends.
+  c.env.eval_tasks, c.env.eval_greedy, c.loop.eval_every = args.eval_episodes, False, 0
   return c
 
 
@@ -103,6 +109,7 @@ def warm_start_checkpoint(args, root: pathlib.Path) -> str:
   c = base_config(args)
   c.loop.steps = 0
   c.sft.steps = args.sft_steps
+  c.env.eval_tasks = 0
   exp = rl_config.to_experiment(c)
   wd = root / "warm_start"
   rl_run.run(
@@ -153,7 +160,9 @@ def run_mode(args, root, policy: str, mode: str, seed: int) -> dict:
         pool_size=exp.env.train_pool_size,
       )
     )
-    return made[-1], []
+    task = made[-1].task_for(0, salt=-1)  # salt != 0: the plain task, no delay
+    n = exp.env.eval_tasks
+    return made[-1], [dataclasses.replace(task, id=f"{task.id}-e{i}") for i in range(n)]
 
   t0 = time.monotonic()
   rl_run.run(exp, str(wd), task_source=src)
@@ -162,7 +171,9 @@ def run_mode(args, root, policy: str, mode: str, seed: int) -> dict:
 
 def measure(wd, mode: str, seed: int, tasks, wall: float | None = None) -> dict:
   """One finished run's figures from its metrics and trajectory store."""
-  recs = [r for r in read_metrics(wd) if "time/step_s" in r]
+  metrics = read_metrics(wd)
+  recs = [r for r in metrics if "time/step_s" in r]
+  evals = [r["eval/reward/mean"] for r in metrics if "eval/reward/mean" in r]
   all_s = sum(r["time/step_s"] for r in recs)
   trajs = [r["throughput/trajectories_per_s"] * r["time/step_s"] for r in recs]
   store = TrajectoryStore(wd)
@@ -179,6 +190,9 @@ def measure(wd, mode: str, seed: int, tasks, wall: float | None = None) -> dict:
     "step_s_mean": all_s / len(recs),
     "final_reward": float(np.mean([r["reward/mean"] for r in recs[-3:]])),
     "reward_curve": [r["reward/mean"] for r in recs],
+    # the policy's sampled reward on fresh episodes at the start and after the last step
+    "start_policy_reward": evals[0] if evals else None,
+    "final_policy_reward": evals[-1] if len(evals) > 1 else None,
     "trajectories_consumed": np.cumsum(trajs).round().astype(int).tolist(),
     "staleness_max": max(r["staleness/max"] for r in recs),
     "token_staleness_max": max(r.get("staleness/token_max", 0) for r in recs),
@@ -199,7 +213,11 @@ def summarize(runs: list[dict]) -> dict:
     rs = [r for r in runs if r["mode"] == mode]
     if not rs:
       continue
-    for k in ("trajectories_per_s", "trainer_idle_frac", "final_reward", "slow_share"):
+    keys = ("trajectories_per_s", "trainer_idle_frac", "final_reward", "slow_share")
+    keys += ("start_policy_reward", "final_policy_reward")
+    for k in keys:
+      if any(r[k] is None for r in rs):
+        continue
       v = np.array([r[k] for r in rs])
       out[f"{mode}_{k}"] = [float(v.mean()), float(v.std(ddof=1)) if len(v) > 1 else 0.0]
     # A group is slow or not as a whole, so the binomial unit is the group, not the trajectory.
@@ -220,6 +238,9 @@ def summarize(runs: list[dict]) -> dict:
     out["speedup"] = float(np.mean(sp))
     a, s = out["async_final_reward"], out["sync_final_reward"]
     out["reward_gap_in_sync_sd"] = (a[0] - s[0]) / max(s[1], 1e-9)
+    if "async_final_policy_reward" in out and "sync_final_policy_reward" in out:
+      a, s = out["async_final_policy_reward"], out["sync_final_policy_reward"]
+      out["policy_reward_gap_in_sync_sd"] = (a[0] - s[0]) / max(s[1], 1e-9)
   return out
 
 
@@ -352,6 +373,7 @@ def main():
   ap.add_argument("--prefetch", type=int, default=16)
   ap.add_argument("--width", type=int, default=96)
   ap.add_argument("--layers", type=int, default=2)
+  ap.add_argument("--eval_episodes", type=int, default=48, help="policy reward: 0 = off")
   ap.add_argument("--sft_steps", type=int, default=toy.get_config().sft.steps)
   ap.add_argument("--modes", default="sync,async", choices=("sync,async", "sync", "async"))
   ap.add_argument("--workdir", default="")
@@ -390,7 +412,8 @@ def main():
   out["targets"] = {
     "speedup": ">= 3",
     "async_trainer_idle_frac": "<= 0.10",
-    "final reward": "async within one sd of sync",
+    "final reward": "async within one sd of sync (the trained policy's reward on fresh "
+    "episodes after equal trajectories consumed; the training batches' reward lags in async)",
     "slow_share": "within binomial noise of the pool share",
   }
   print(json.dumps(out, indent=1, default=str))

@@ -1,6 +1,6 @@
 r"""Async vs sync RL on heavy-tailed episodes, over seeds and the whole run.
 
-  python benchmarks/async_vs_sync.py [--seeds=0,1,2] [--steps=8] [--eta=4 --cap=8]
+  python benchmarks/async_vs_sync.py [--seeds=0,1,2] [--steps=8] [--eta=3 --cap=6]
   python benchmarks/async_vs_sync.py --kv_probe     # the KV-cache policy at a weight swap
 
 Same everything but `loop.mode`: the toy's echo_word task in real bubblewrap sandboxes, graded
@@ -245,7 +245,8 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def plot(runs: list[dict], path: pathlib.Path) -> None:
-  """Training reward vs trajectories consumed, each seed thin, the mean over seeds thick."""
+  """Training reward (batch mean) vs trajectories consumed, each seed thin, the mean over seeds
+  thick; diamonds: the policy's reward on fresh episodes before and after (mean ± sd)."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -260,8 +261,16 @@ def plot(runs: list[dict], path: pathlib.Path) -> None:
       n = min(len(r["reward_curve"]) for r in rs)
       mean = np.mean([r["reward_curve"][:n] for r in rs], axis=0)
       ax.plot(rs[0]["trajectories_consumed"][:n], mean, color=color, lw=2, label=f"{mode} mean")
+    ends = [r for r in rs if r.get("final_policy_reward") is not None]
+    if ends:  # the policy's own reward on fresh episodes, before and after (mean ± sd)
+      xs = [0, np.mean([r["trajectories_consumed"][-1] for r in ends])]
+      ys = [[r[k] for r in ends] for k in ("start_policy_reward", "final_policy_reward")]
+      ax.errorbar(
+        xs, [np.mean(y) for y in ys], yerr=[np.std(y, ddof=1) if len(y) > 1 else 0 for y in ys],
+        color=color, marker="D", ls="none", capsize=3, label=f"{mode} policy, fresh episodes",
+      )  # fmt: skip
   ax.set_xlabel("trajectories consumed")
-  ax.set_ylabel("training reward (batch mean)")
+  ax.set_ylabel("reward")
   ax.legend()
   ax.grid(alpha=0.3)
   fig.tight_layout()
@@ -362,8 +371,8 @@ def main():
   ap.add_argument("--steps", type=int, default=8)
   ap.add_argument("--seeds", default="0,1,2")
   ap.add_argument("--batch_groups", type=int, default=4)
-  ap.add_argument("--eta", type=int, default=4)
-  ap.add_argument("--cap", type=int, default=8, help="loop.max_token_staleness")
+  ap.add_argument("--eta", type=int, default=3)
+  ap.add_argument("--cap", type=int, default=6, help="loop.max_token_staleness")
   ap.add_argument("--kv_on_swap", default="reprefill", choices=("reprefill", "keep"))
   ap.add_argument("--concurrency", type=int, default=64)
   ap.add_argument("--base_s", type=float, default=1.0)
@@ -371,8 +380,8 @@ def main():
   ap.add_argument("--slow_factor", type=float, default=10.0)
   ap.add_argument("--slow_phase", choices=("setup", "verify"), default="verify")
   ap.add_argument("--prefetch", type=int, default=16)
-  ap.add_argument("--width", type=int, default=96)
-  ap.add_argument("--layers", type=int, default=2)
+  ap.add_argument("--width", type=int, default=192)
+  ap.add_argument("--layers", type=int, default=3)
   ap.add_argument("--eval_episodes", type=int, default=48, help="policy reward: 0 = off")
   ap.add_argument("--sft_steps", type=int, default=toy.get_config().sft.steps)
   ap.add_argument("--modes", default="sync,async", choices=("sync,async", "sync", "async"))

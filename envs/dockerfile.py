@@ -38,7 +38,14 @@ import re
 import shlex
 import tarfile
 
-from envs.docker_bases import DEFAULT_PATH, KNOWN_BASES, map_base, python_link, toolchain
+from envs.docker_bases import (
+  DEFAULT_PATH,
+  KNOWN_BASES,
+  base_user,
+  map_base,
+  python_link,
+  toolchain,
+)
 from envs.docker_packages import (
   HARNESS_PACKAGES,
   INSTALLER_URL,
@@ -335,7 +342,7 @@ def translate(
   workdir = t.workdirs[-1] if t.workdirs else "/workspace"
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
-  lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base)]
+  lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base), base_user()]
   for line, kind, payload in t.steps:
     if kind == "env":
       lines.append(payload)

@@ -79,3 +79,22 @@ def test_a_step_that_creates_usr_bin_python_replays_as_in_docker(tmp_path):
   task = load_any(write(tmp_path / "s" / "py-slim", files))
   (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
   assert oracle["passed"], oracle["detail"]  # `python` is /usr/local/bin/python there
+
+
+def test_a_step_that_creates_the_user_agent_replays_as_in_docker(tmp_path):
+  """No public image has a user `agent` (the base image has, for the read-only mode): a
+  Dockerfile's `useradd -m -u 1000 agent` works there, so it must replay here too."""
+  files = dict(HARBOR)
+  files["environment/Dockerfile"] = (
+    "FROM python:3.12-slim\nRUN useradd -m -s /bin/bash -u 1000 agent\nWORKDIR /app\n"
+    "COPY data/ /app/data/\n"
+  )
+  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+    "\n    def test_the_tasks_user():\n"
+    "        import pwd\n"
+    '        u = pwd.getpwnam("agent")\n'
+    '        assert (u.pw_uid, u.pw_shell) == (1000, "/bin/bash") and Path(u.pw_dir).is_dir()\n'
+  )
+  task = load_any(write(tmp_path / "s" / "user-agent", files))
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  assert oracle["passed"], oracle["detail"]

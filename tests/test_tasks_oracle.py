@@ -98,3 +98,21 @@ def test_a_step_that_creates_the_user_agent_replays_as_in_docker(tmp_path):
   task = load_any(write(tmp_path / "s" / "user-agent", files))
   (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
   assert oracle["passed"], oracle["detail"]
+
+
+def test_a_parametrized_test_is_named_with_the_tasks_paths(tmp_path):
+  """/tests runs from a grader folder with a random name; a test parametrized with a /tests
+  path keeps the task's name for it, the same in every trial."""
+  files = dict(HARBOR)
+  files["tests/data/n.txt"] = "4\n"
+  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+    "\n    import pytest\n\n"
+    '    @pytest.mark.parametrize("path", ["/tests/data/n.txt"])\n'
+    "    def test_expected(path):\n"
+    '        assert Path("/app/out.txt").read_text() == Path(path).read_text()\n'
+  )
+  task = load_any(write(tmp_path / "s" / "param-path", files))
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  assert oracle["passed"], oracle["detail"]
+  names = [t["name"] for t in oracle["tests"]]
+  assert "test_outputs::test_expected[/tests/data/n.txt]" in names, names

@@ -353,9 +353,12 @@ def translate(
       )
     elif kind == "copy":
       staged, target = payload.split("\0")
+      # tar, not `cp -a src/. dst/`: that gives an existing dst (/tmp: 1777) the staging
+      # folder's mode and owner; Docker's COPY leaves an existing folder as it is.
+      dst = shlex.quote(target)
       lines.append(
-        f'mkdir -p {shlex.quote(target)} && cp -a "$SETUP_DIR"/{staged}/. {shlex.quote(target)}/'
-        f" || agentrl_fail {line} $? 'COPY into {target}'"
+        f'mkdir -p {dst} && (set -o pipefail; tar -C "$SETUP_DIR"/{staged} -cf - . | tar -C '
+        f"{dst} -xpf - --no-overwrite-dir) || agentrl_fail {line} $? 'COPY into {target}'"
       )
     else:  # bash -e in its own process: `set -e` is void inside a `( ... ) || x` list
       what = shlex.quote(t.texts.get(line, payload).strip().splitlines()[0][:160])

@@ -86,3 +86,13 @@ def python_link(image: str) -> str:
       "ln -s /usr/bin/python3 /usr/local/bin/python"
     )
   return "\n".join(lines)
+
+
+def base_user() -> str:
+  """A setup line that removes the base image's own user `agent` (uid 1000, the read-only
+  mode's user), which no public image has, where /etc/passwd is writable (the container-like
+  mode, as root), so a step `useradd -m -u 1000 agent` replays as in Docker."""
+  return (
+    "if [ -w /etc/passwd ] && id -u agent >/dev/null 2>&1; then "
+    "userdel -r agent >/dev/null 2>&1 || userdel agent; fi"
+  )

@@ -38,7 +38,14 @@ import re
 import shlex
 import tarfile
 
-from envs.docker_bases import DEFAULT_PATH, KNOWN_BASES, map_base, python_link, toolchain
+from envs.docker_bases import (
+  DEFAULT_PATH,
+  KNOWN_BASES,
+  base_user,
+  map_base,
+  python_link,
+  toolchain,
+)
 from envs.docker_packages import (
   HARNESS_PACKAGES,
   INSTALLER_URL,
@@ -335,7 +342,7 @@ def translate(
   workdir = t.workdirs[-1] if t.workdirs else "/workspace"
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
-  lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base)]
+  lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base), base_user()]
   for line, kind, payload in t.steps:
     if kind == "env":
       lines.append(payload)
@@ -346,9 +353,12 @@ def translate(
       )
     elif kind == "copy":
       staged, target = payload.split("\0")
+      # tar, not `cp -a src/. dst/`: that gives an existing dst (/tmp: 1777) the staging
+      # folder's mode and owner; Docker's COPY leaves an existing folder as it is.
+      dst = shlex.quote(target)
       lines.append(
-        f'mkdir -p {shlex.quote(target)} && cp -a "$SETUP_DIR"/{staged}/. {shlex.quote(target)}/'
-        f" || agentrl_fail {line} $? 'COPY into {target}'"
+        f'mkdir -p {dst} && (set -o pipefail; tar -C "$SETUP_DIR"/{staged} -cf - . | tar -C '
+        f"{dst} -xpf - --no-overwrite-dir) || agentrl_fail {line} $? 'COPY into {target}'"
       )
     else:  # bash -e in its own process: `set -e` is void inside a `( ... ) || x` list
       what = shlex.quote(t.texts.get(line, payload).strip().splitlines()[0][:160])

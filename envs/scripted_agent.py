@@ -201,8 +201,14 @@ class OracleAgent:
       raise TaskSetupError(f"{task.id}: the task ships no reference solution")
     stage = f"/tmp/.agentrl-oracle-{uuid.uuid4().hex[:12]}"
     # Harbor uploads solution/ to /solution and solve.sh reads its files from there (`cp
-    # /solution/x.py .`): staged there where the root is writable and /solution is free.
-    if task.format == "harbor" and sb.exec("mkdir /solution", timeout_s=30).exit_code == 0:
+    # /solution/x.py .`): staged there (by the upload, as the sandbox's root: the Dockerfile's
+    # USER may not write to /) where the root is writable and /solution is free.
+    writable = getattr(sb.spec, "mode", "") == "container"
+    if (
+      task.format == "harbor"
+      and writable
+      and sb.exec("[ ! -e /solution ]", timeout_s=30).exit_code == 0
+    ):
       stage = "/solution"
     files = task.solution_files + (FileEntry("solve.sh", task.solution_script.encode(), 0o755),)
     put_files(sb, stage, files)

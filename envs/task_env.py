@@ -59,9 +59,10 @@ _SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(SandboxSpec))
 def task_spec(task: Task, image: str = "default", **overrides) -> SandboxSpec:
   """The SandboxSpec a task asks for; keyword overrides win.
 
-  A translated task's packages, USER and sandbox mode go to the SandboxSpec fields `apt_packages`,
-  `pip_packages`, `user` and `mode` where this SandboxSpec has them. A task that needs the
-  container-like mode on a sandbox without it is a TaskSetupError (the task cannot run here).
+  A translated task's packages and sandbox mode go to the SandboxSpec fields `apt_packages`,
+  `pip_packages` and `mode` where this SandboxSpec has them (its USER applies after set-up:
+  `open_task_sandbox`). A task that needs the container-like mode on a sandbox without it is a
+  TaskSetupError (the task cannot run here).
   """
   r = task.resources
   kw = dict(
@@ -82,8 +83,6 @@ def task_spec(task: Task, image: str = "default", **overrides) -> SandboxSpec:
     "mode": task.sandbox_mode,
   }
   kw.update({k: v for k, v in wanted.items() if v and k in _SPEC_FIELDS})
-  if task.user and "mode" in _SPEC_FIELDS and task.sandbox_mode == "container":
-    kw["user"] = task.user
   kw.update(overrides)
   if task.sandbox_mode == "container" and "mode" not in _SPEC_FIELDS:
     raise TaskSetupError(
@@ -176,6 +175,17 @@ def run_setup(sb: Sandbox, task: Task) -> None:
     )
 
 
+def switch_user(sb: Sandbox, task: Task) -> None:
+  """The Dockerfile's USER, as Docker has it: set-up ran as root, the agent and the tests run
+  as USER (container mode; the read-only mode has its own user)."""
+  if not task.user or task.user == "root" or sb.spec.mode != "container":
+    return
+  try:
+    sb.run_as(task.user)
+  except ValueError as e:
+    raise TaskSetupError(f"task {task.id}: Dockerfile USER {task.user}: {e}") from e
+
+
 @dataclasses.dataclass
 class TaskSandbox:
   """A live sandbox prepared for one task."""
@@ -226,6 +236,7 @@ def open_task_sandbox(
     raise TaskSetupError(f"{task.source or task.id}: sandbox spec: {e}") from e
   try:
     run_setup(sb, task)
+    switch_user(sb, task)
     baseline = workspace_manifest(sb, task.workdir)
     system = sb.system_fingerprint()
     pristine = sb.snapshot() if snapshot else None

@@ -32,7 +32,7 @@ from envs.grader_command import (
   prepare_command,
   runner_files,
 )
-from envs.grading import changed_sources, tamper_flags
+from envs.grading import changed_sources, tamper_flags, task_paths
 from envs.sandbox import system_guard
 from envs.sandbox.base import Sandbox, SandboxError, SandboxExhaustedError
 from envs.scoring import (
@@ -205,7 +205,10 @@ class Verifier:
     if task.tests.runner == "shell":
       return score_shell(report, rc, base, kind, strict)
     xml = None if r.truncated else report
-    return score_pytest(task, xml, nonce, rc, base, kind, strict, WITNESS)
+    res = score_pytest(task, xml, nonce, rc, base, kind, strict, WITNESS)
+    if not task.tests.rewrite_paths:
+      return res
+    return dataclasses.replace(res, tests=tuple(task_paths(list(res.tests), tdir, ldir)))
 
   def _prepare(
     self, sb: Sandbox, task: Task, baseline: dict[str, str], gdir: str, nonce: str

@@ -237,7 +237,7 @@ def test_harbor_loader(tmp_path):
   )
   assert t.tests.runner == "shell" and [f.path for f in t.tests.files] == ["test.sh"]
   assert [f.path.split("/", 2)[2] for f in t.setup_files] == ["main.sh"]
-  assert "/srv/app/src/" in t.setup_script and "mkdir -p logs" in t.setup_script
+  assert "-C /srv/app/src " in t.setup_script and "mkdir -p logs" in t.setup_script
 
 
 def test_harbor_solution_yaml_and_errors(tmp_path):
@@ -278,7 +278,7 @@ def test_dockerfile_translation_steps():
   paths = sorted(f.path.split("/", 2)[2] for f in plan.setup_files)
   assert paths == ["a.py", "b.py", "n.txt", "pkg/x.txt"]
   s = plan.setup_script
-  assert "agentrl_pip 5 pytest==8.1 && :" in s and 'cp -a "$SETUP_DIR"/ctx/' in s
+  assert "agentrl_pip 5 pytest==8.1 && :" in s and 'tar -C "$SETUP_DIR"/ctx/' in s
   assert "/app/lib" in s and "/app/vendor" in s and "cd /app" in s
 
 

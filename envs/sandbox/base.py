@@ -127,6 +127,21 @@ class Sandbox(abc.ABC):
     (system_guard.py); None where the root is read-only (the agent cannot change them)."""
     return None
 
+  def run_as(self, name: str) -> None:
+    """Later execs and file transfers run as `name` of the sandbox's own /etc/passwd (a
+    Dockerfile's USER, created by its set-up, which ran as root). Container mode only."""
+    if self.spec.mode != "container":
+      raise ValueError(f"run_as({name!r}): only in container mode, not {self.spec.mode!r}")
+    for line in self.read_file("/etc/passwd").decode(errors="replace").splitlines():
+      f = line.split(":")
+      if len(f) >= 7 and name in (f[0], f[2]):  # USER takes a name or a uid
+        uid, gid, home = int(f[2]), int(f[3]), f[5]
+        break
+    else:
+      raise ValueError(f"/etc/passwd: no user {name!r}")
+    self.spec = dataclasses.replace(self.spec, user=f[0])
+    self.user, self.uid, self.gid, self.home = f[0], uid, gid, home
+
   def __enter__(self):
     return self
 

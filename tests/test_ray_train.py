@@ -53,7 +53,7 @@ SLOW_TASK = {
 
 
 def _titles(root: int) -> dict[int, str]:
-  """Process titles (Ray sets `ray::RolloutWorker.run` while an actor runs an episode)."""
+  """argv[0] of each process under `root` (Ray sets actors' to `ray::<Class>[.<method>]`)."""
   out = {}
   for pid in descendants(root):
     try:
@@ -61,6 +61,19 @@ def _titles(root: int) -> dict[int, str]:
     except OSError:
       pass
   return out
+
+
+def _workers_in_an_episode(root: int) -> list[int]:
+  """Ray actor processes with a live bubblewrap sandbox below them: an episode is running (a
+  sandbox lives from an episode's start to its grade). Not the title `ray::RolloutWorker.run`:
+  in a threaded actor the title is that of whichever call started or ended last, and the
+  fleet's control calls (`running`, `load_params`) overwrite it while an episode runs."""
+  titles = _titles(root)
+  return [
+    p
+    for p, t in titles.items()
+    if t.startswith("ray::") and any(titles.get(c, "").endswith("bwrap") for c in descendants(p))
+  ]
 
 
 def _kill_a_worker_mid_episode(proc, workdir: pathlib.Path, timeout_s: float = 400) -> int:
@@ -74,7 +87,7 @@ def _kill_a_worker_mid_episode(proc, workdir: pathlib.Path, timeout_s: float = 4
     # a worker killed then has nothing to retry: kill only between step 1 and the last step.
     assert not last.exists(), "the run reached its last step before a worker could be killed"
     if step1.exists():
-      busy = [p for p, t in _titles(proc.pid).items() if t.startswith("ray::RolloutWorker.run")]
+      busy = _workers_in_an_episode(proc.pid)
       if busy and not last.exists():
         os.kill(busy[0], signal.SIGKILL)
         return busy[0]

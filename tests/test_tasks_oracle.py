@@ -57,62 +57,65 @@ def test_a_task_without_a_reference_solution_loads_for_policies_not_for_the_orac
   assert not report.ok and "no reference solution" in report.reasons[0]
 
 
+def _oracle_on(tmp_path, name: str, dockerfile: str | None = None, tests: str = "", files=()):
+  """The reference solution's trial on HARBOR with another Dockerfile, tests appended to its
+  test file and other files ({path: text})."""
+  f = dict(HARBOR, **{"tests/test_outputs.py": HARBOR["tests/test_outputs.py"] + tests})
+  f.update(files)
+  if dockerfile is not None:
+    f["environment/Dockerfile"] = dockerfile
+  task = load_any(write(tmp_path / "s" / name, f))
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  return oracle
+
+
 def test_a_step_that_creates_usr_bin_python_replays_as_in_docker(tmp_path):
   """The public images have no /usr/bin/python: `ln -s /usr/bin/python3 /usr/bin/python` (a
   common Dockerfile step) works there, so it must work on the base image too; a python:* image
   keeps its `python` (in /usr/local/bin)."""
-  files = dict(HARBOR)
-  files["environment/Dockerfile"] = (
+  dockerfile = (
     "FROM ubuntu:24.04\nWORKDIR /app\nRUN ln -s /usr/bin/python3 /usr/bin/python\n"
     "COPY data/ /app/data/\n"
   )
-  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+  tests = (
     "\n    def test_python_is_the_tasks_link():\n"
     '        assert Path("/usr/bin/python").resolve() == Path("/usr/bin/python3").resolve()\n'
   )
-  task = load_any(write(tmp_path / "s" / "py-link", files))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  oracle = _oracle_on(tmp_path, "py-link", dockerfile, tests)
   assert oracle["passed"], oracle["detail"]
-  files["environment/Dockerfile"] = "FROM python:3.12-slim\nWORKDIR /app\nCOPY data/ /app/data/\n"
-  files["solution/solve.sh"] = HARBOR["solution/solve.sh"].replace("python3 ", "python ")
-  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"]
-  task = load_any(write(tmp_path / "s" / "py-slim", files))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  dockerfile = "FROM python:3.12-slim\nWORKDIR /app\nCOPY data/ /app/data/\n"
+  solve = HARBOR["solution/solve.sh"].replace("python3 ", "python ")
+  oracle = _oracle_on(tmp_path, "py-slim", dockerfile, files={"solution/solve.sh": solve})
   assert oracle["passed"], oracle["detail"]  # `python` is /usr/local/bin/python there
 
 
 def test_a_step_that_creates_the_user_agent_replays_as_in_docker(tmp_path):
   """No public image has a user `agent` (the base image has, for the read-only mode): a
   Dockerfile's `useradd -m -u 1000 agent` works there, so it must replay here too."""
-  files = dict(HARBOR)
-  files["environment/Dockerfile"] = (
+  dockerfile = (
     "FROM python:3.12-slim\nRUN useradd -m -s /bin/bash -u 1000 agent\nWORKDIR /app\n"
     "COPY data/ /app/data/\n"
   )
-  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+  tests = (
     "\n    def test_the_tasks_user():\n"
     "        import pwd\n"
     '        u = pwd.getpwnam("agent")\n'
     '        assert (u.pw_uid, u.pw_shell) == (1000, "/bin/bash") and Path(u.pw_dir).is_dir()\n'
   )
-  task = load_any(write(tmp_path / "s" / "user-agent", files))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  oracle = _oracle_on(tmp_path, "user-agent", dockerfile, tests)
   assert oracle["passed"], oracle["detail"]
 
 
 def test_a_parametrized_test_is_named_with_the_tasks_paths(tmp_path):
   """/tests runs from a grader folder with a random name; a test parametrized with a /tests
   path keeps the task's name for it, the same in every trial."""
-  files = dict(HARBOR)
-  files["tests/data/n.txt"] = "4\n"
-  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+  tests = (
     "\n    import pytest\n\n"
     '    @pytest.mark.parametrize("path", ["/tests/data/n.txt"])\n'
     "    def test_expected(path):\n"
     '        assert Path("/app/out.txt").read_text() == Path(path).read_text()\n'
   )
-  task = load_any(write(tmp_path / "s" / "param-path", files))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  oracle = _oracle_on(tmp_path, "param-path", tests=tests, files={"tests/data/n.txt": "4\n"})
   assert oracle["passed"], oracle["detail"]
   names = [t["name"] for t in oracle["tests"]]
   assert "test_outputs::test_expected[/tests/data/n.txt]" in names, names
@@ -120,37 +123,31 @@ def test_a_parametrized_test_is_named_with_the_tasks_paths(tmp_path):
 
 def test_copy_into_an_existing_folder_keeps_its_mode(tmp_path):
   """Docker's COPY leaves an existing destination folder as it is: /tmp stays 1777."""
-  files = dict(HARBOR)
-  files["environment/Dockerfile"] = HARBOR["environment/Dockerfile"] + "COPY data/ /tmp/\n"
-  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+  dockerfile = HARBOR["environment/Dockerfile"] + "COPY data/ /tmp/\n"
+  tests = (
     "\n    def test_tmp_mode():\n"
     "        import os\n"
     '        assert Path("/tmp/words.txt").exists()\n'
     '        assert oct(os.stat("/tmp").st_mode & 0o7777) == "0o1777"\n'
   )
-  task = load_any(write(tmp_path / "s" / "copy-tmp", files))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  oracle = _oracle_on(tmp_path, "copy-tmp", dockerfile, tests)
   assert oracle["passed"], oracle["detail"]
 
 
 def test_the_dockerfiles_user_runs_the_solution_and_the_tests(tmp_path):
   """As in Docker: the set-up runs as root (useradd, chown), then the Dockerfile's USER runs
   the agent, the reference solution (still from /solution) and the tests."""
-  files = dict(HARBOR)
-  files["environment/Dockerfile"] = (
+  dockerfile = (
     "FROM python:3.12-slim\nRUN useradd -m bob\nWORKDIR /app\nCOPY data/ /app/data/\n"
     "RUN chown -R bob /app\nUSER bob\n"
   )
-  files["tests/test_outputs.py"] = HARBOR["tests/test_outputs.py"] + (
+  tests = (
     "\n    def test_user():\n"
     "        import getpass\n"
     '        assert getpass.getuser() == "bob" and Path("/app/out.txt").owner() == "bob"\n'
   )
-  task = load_any(write(tmp_path / "s" / "user-bob", files))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  oracle = _oracle_on(tmp_path, "user-bob", dockerfile, tests)
   assert oracle["passed"], oracle["detail"]
   assert "/solution/solve.sh" in oracle["trajectory"][0]["action"]
-  files["environment/Dockerfile"] = files["environment/Dockerfile"].replace("USER bob", "USER al")
-  task = load_any(write(tmp_path / "s" / "user-al", files))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  oracle = _oracle_on(tmp_path, "user-al", dockerfile.replace("USER bob", "USER al"), tests)
   assert oracle["grade_failure_mode"] == "task_error" and "USER al" in oracle["detail"]

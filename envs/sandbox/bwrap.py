@@ -34,6 +34,7 @@ from envs.sandbox import (
   fileops,
   layers,
   overlay,
+  pipes,
   seccomp,
   system_guard,
   userns,
@@ -287,7 +288,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     p, leaf = self._spawn_inside(["/bin/bash", "-lc", cmd], pin, subprocess.PIPE, tag)
     out, err = common.Capped(self.spec.max_output_bytes), common.Capped(self.spec.max_output_bytes)
     sinks = {p.stdout.fileno(): out, p.stderr.fileno(): err}
-    hit = common.pump(p, sinks, data, deadline)
+    hit = pipes.pump(p, sinks, data, deadline)
     rc, timed_out = self._finish(p, leaf, tag, deadline, hit)
     self._check_open()
     if rc == 125 and err.buf.startswith(b"sh: "):
@@ -319,7 +320,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     out, err = common.Capped(cap, sink=stdout), common.Capped(1 << 20)
     sinks = {p.stdout.fileno(): out, p.stderr.fileno(): err}
     try:
-      hit = common.pump(p, sinks, bytes(data) if data is not None else None, deadline, stop=out)
+      hit = pipes.pump(p, sinks, bytes(data) if data is not None else None, deadline, stop=out)
       if not hit and not out.dropped:
         try:  # the output ended: the process is about to exit
           p.wait(timeout=max(0.0, deadline - time.monotonic()))

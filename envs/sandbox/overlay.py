@@ -13,7 +13,7 @@ import os
 import pathlib
 import subprocess
 
-from envs.sandbox import common, userns
+from envs.sandbox import common, pipes, userns
 from envs.sandbox.base import SandboxError
 
 
@@ -39,7 +39,7 @@ def _tar(upper: int) -> list[str]:
 def snapshot_upper(upper: int, f, cap: int, timeout_s: float) -> None:
   """Writes the upper layer as a tar to `f`, at most `cap` bytes (else SandboxError)."""
   argv = _tar(upper) + ["--sparse", "--numeric-owner", "-cf", "-", "."]
-  rc, err = common.run_capped(argv, f, cap, timeout_s, pass_fds=(upper,))
+  rc, err = pipes.run_capped(argv, f, cap, timeout_s, pass_fds=(upper,))
   if rc not in (0, 1):  # 1: a file changed while being read
     raise SandboxError(f"snapshot failed (exit {rc}): {err[-2000:]}")
 

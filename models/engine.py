@@ -9,7 +9,7 @@ array updates, so neither new requests nor `load_params` recompile anything.
 
 The steps themselves (pure functions, layer layouts) are in models.engine_steps; warm-up and
 the persistent compilation cache in models.engine_compile. Decode variants are few (page
-buckets in powers of 4, steps 1 or the generator's chunk). The host (models.generator) owns
+buckets in powers of 2, steps 1 or the generator's chunk). The host (models.generator) owns
 page allocation and passes each slot's page table row; the engine never syncs with the host.
 """
 
@@ -225,11 +225,12 @@ class Engine:
     )
 
   def attention_pages(self, n_tokens: int) -> int | None:
-    """Power-of-4 bucket of the pages holding n_tokens (few decode variants to compile);
-    None (all) when that is every page or with a KV window."""
+    """Power-of-2 bucket of the pages holding n_tokens (few decode variants to compile);
+    None (all) when that is every page or with a KV window. Powers of 4 attended up to 2x
+    more pages than powers of 2 (a decode step at 32 slots, 8 vs 12 pages: 9% faster)."""
     b = 1
     while b * self.page_size < n_tokens:
-      b *= 4
+      b *= 2
     return None if self.window is not None or b >= self.pages_per_slot else b
 
   def page_buckets(self) -> list[int | None]:
@@ -237,7 +238,7 @@ class Engine:
     out, b = [], 1
     while self.window is None and b < self.pages_per_slot:
       out.append(b)
-      b *= 4
+      b *= 2
     return [*out, None]
 
   def warmup(self, *, prompt_buckets=(), prefill_batches=(1,), steps=(1,), buckets=None,

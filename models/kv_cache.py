@@ -88,19 +88,26 @@ def write(cache: KVCache, layer, page_N, offset_N, k_NKd, v_NKd) -> KVCache:
 
 
 def gather(cache: KVCache, layer, page_table_SM, dtype=jnp.float32):
-  """One layer's keys/values of every slot in page-table order: ([S, M*p, K, d]) x 2."""
+  """One layer's keys/values of every slot in page-table order: ([S, M*p, K, d]) x 2.
+
+  Each page is one row of a [L*P, p*K*d] view (slicing the layer out first would copy all of
+  it), so the gather copies whole rows; the barrier keeps XLA from fusing it into the
+  attention's transposes, whose strided per-element gather ran 20% slower (decode at 32 slots).
+  """
   S, M = page_table_SM.shape
-  p = cache.page_size
+  L, P, p = cache.k.shape[:3]
+  rows_N = layer * P + page_table_SM.reshape(-1)
+
+  def rows(a):  # [L, P, ...] -> this layer's pages in table order, [S, M, ...]
+    return jnp.take(a.reshape(L * P, -1), rows_N, axis=0, mode="clip").reshape(S, M, *a.shape[2:])
 
   def one(pages, scales):
-    # One gather indexed by (layer, page): slicing the layer out first would copy all of it.
-    x = pages[layer, page_table_SM]  # [S, M, p, K, d]
-    x = x.astype(dtype)
+    x = rows(pages).astype(dtype)
     if scales is not None:
-      x = x * scales[layer, page_table_SM][..., None].astype(dtype)
+      x = x * rows(scales)[..., None].astype(dtype)
     return x.reshape(S, M * p, *x.shape[3:])
 
-  return one(cache.k, cache.k_scale), one(cache.v, cache.v_scale)
+  return jax.lax.optimization_barrier((one(cache.k, cache.k_scale), one(cache.v, cache.v_scale)))
 
 
 def write_positions(page_table_SM, position_SN, page_size, valid_SN, window=None):

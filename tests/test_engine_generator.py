@@ -268,3 +268,25 @@ def test_hot_swap_takes_effect_next_step_without_recompiling():
   assert set(r.tokens[k:]) == {0}
   with pytest.raises(ValueError, match="wq"):
     eng.load_params(dict(PARAMS, layers=dict(PARAMS["layers"], wq=PARAMS["layers"]["wq"][:, :1])))
+
+
+def test_page_buckets_are_powers_of_two_and_equal_all_pages():
+  """A decode step over the power-of-2 bucket of live pages gives the tokens and logprobs of the
+  same step over every page."""
+  eng = Engine(CFG, PARAMS, max_concurrent_decodes=2, page_size=8, max_seq_len=MAX_LEN)
+  assert eng.page_buckets() == [1, 2, 4, 8, None]
+  assert [eng.attention_pages(n) for n in (1, 8, 9, 17, 33, 64, 65)] == [1, 1, 2, 4, 8, 8, None]
+  rng = np.random.default_rng(5)
+  prompts = np.asarray([_prompt(rng, 20), _prompt(rng, 20)], np.int32)
+  table = np.arange(1, 2 * eng.pages_per_slot + 1).reshape(2, -1)
+  state = eng.set_page_table(eng.init_decode_state(), table)
+  state = eng.insert(eng.prefill(padded_tokens=prompts, true_length=20), state, [0, 1], table)
+  outs = {}
+  for pages in (eng.attention_pages(21), None):
+    st = jax.tree.map(jnp.copy, state)
+    for _ in range(3):
+      st, out = eng.generate(decode_state=st, pages=pages)
+    outs[pages] = (np.asarray(out.tokens_S), np.asarray(out.logprobs_S))
+  (tok_b, lp_b), (tok_all, lp_all) = outs.values()
+  np.testing.assert_array_equal(tok_b, tok_all)
+  np.testing.assert_allclose(lp_b, lp_all, rtol=1e-6, atol=1e-6)

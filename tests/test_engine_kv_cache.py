@@ -87,3 +87,25 @@ def test_prefix_cache_shares_full_blocks_and_evicts_lru():
   assert pool.num_used == 0 and pool.num_available == 4  # cached pages are evictable
   pool.alloc(4)  # forces eviction of both cached blocks
   assert pool.num_cached == 0 and pool.lookup_prefix([1, 2]) == []
+
+
+@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "int8"])
+def test_gather_equals_direct_indexing_with_shared_pages(kv_dtype):
+  """The row gather over the [L*P, ...] view reads what pages[layer, table] holds, bit for bit,
+  for every layer, with shuffled and shared (prefix-reused) pages and the null page."""
+  rng = np.random.default_rng(2)
+  L, P, p, K, d = 3, 9, 4, 2, 8
+  cache = kvc.init_cache(L, P, p, K, d, kv_dtype)
+  for layer in range(L):
+    pages = np.repeat(np.arange(1, P), p)
+    offs = np.tile(np.arange(p), P - 1)
+    x = jnp.asarray(rng.normal(size=(len(pages), K, d)), jnp.float32)
+    cache = kvc.write(cache, layer, jnp.asarray(pages), jnp.asarray(offs), x, -2 * x)
+  table = jnp.asarray([[3, 1, 0], [3, 8, 5], [6, 2, 4]], jnp.int32)  # page 3 shared by 2 slots
+  for layer in range(L):
+    kg, vg = kvc.gather(cache, layer, table)
+    for got, pages, scales in ((kg, cache.k, cache.k_scale), (vg, cache.v, cache.v_scale)):
+      want = pages[layer, table].astype(jnp.float32)
+      if scales is not None:
+        want = want * scales[layer, table][..., None]
+      np.testing.assert_array_equal(np.asarray(got), np.asarray(want).reshape(3, 3 * p, K, d))

@@ -111,5 +111,24 @@ if miss:
   sys.exit(f"Dockerfile:{line}: python package(s) not in the base image (no network to install): {' '.join(miss)}")
 PY
 }
+agentrl_as() {  # a RUN after USER: the user (name[:group] or uid[:gid]) as Docker resolves it
+  local line=$1 spec=$2 keep_home=$3 u g ent uid gid home groups; shift 3
+  u=${spec%%:*}; g=""; case "$spec" in *:*) g=${spec#*:};; esac
+  if ent=$(getent passwd "$u"); then
+    IFS=: read -r _ _ uid gid _ home _ <<< "$ent"; groups=--init-groups
+  elif [[ $u =~ ^[0-9]+$ ]]; then
+    uid=$u gid=0 home=/ groups=--clear-groups
+  else
+    echo "Dockerfile:$line: USER $spec: no user $u at this step" >&2; exit 97
+  fi
+  if [ -n "$g" ]; then
+    if ent=$(getent group "$g"); then gid=$(cut -d: -f3 <<< "$ent")
+    elif [[ $g =~ ^[0-9]+$ ]]; then gid=$g
+    else echo "Dockerfile:$line: USER $spec: no group $g" >&2; exit 97; fi
+    groups=--clear-groups
+  fi
+  [ "$keep_home" = 1 ] && home=$HOME
+  setpriv --reuid="$uid" --regid="$gid" "$groups" env HOME="$home" "$@"
+}
 export -f agentrl_apt agentrl_pip
 """

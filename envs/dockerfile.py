@@ -10,7 +10,7 @@ the remaining steps into a setup script plus staged files:
                 distribution packages (envs/docker_bases.py)
   WORKDIR       the last one becomes the task's writable workspace (e.g. /app)
   ENV / ARG     exported for later steps; ENV also becomes the sandbox environment
-  USER          recorded as the task's user (the container-like sandbox applies it)
+  USER          later RUNs run as it; the task's user (the container-like sandbox applies it)
   COPY / ADD    files staged from the build context and copied in order (ADD unpacks tars);
                 a destination outside the workspace makes the task need the container-like
                 sandbox mode (a writable root)
@@ -124,7 +124,9 @@ class _Translator:
   do_healthcheck = do_stopsignal = do_onbuild = do_shell = ignore
 
   def do_user(self, line, text, args):
-    self.user = expand(args.strip(), {**self.args, **self.env}).split(":")[0]
+    spec = expand(args.strip(), {**self.args, **self.env})
+    self.user = spec.split(":")[0]
+    self.steps.append((line, "user", spec))
 
   def do_from(self, line, text, args):
     if self.base:
@@ -271,10 +273,15 @@ class _Translator:
       raise self.err(line, text, f"no file in the build context matches {' '.join(srcs)!r}")
     single_file = len(entries) == 1 and entries[0][2] and not as_dir
     target = posixpath.dirname(dest_abs) if single_file else dest_abs
+    rels = []
     for rel, f, _ in entries:
       rel = posixpath.basename(dest_abs) if single_file else rel
+      rels.append(rel)
       self.files.append(FileEntry(f"{staged}/{rel}", f.data, mode or f.mode))
-    self.steps.append((line, "copy", f"{staged}\0{target}"))
+    owner = expand(opts.get("chown") or "", {**self.args, **self.env})
+    if owner:  # --chown: the copied files and the folders they bring, as in Docker
+      rels += sorted({posixpath.dirname(r) for r in rels} - {""})
+    self.steps.append((line, "copy", "\0".join([staged, target, owner, *(rels if owner else [])])))
 
   def do_add(self, line, text, args):
     self.do_copy(line, text, args, add=True)
@@ -343,8 +350,12 @@ def translate(
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
   lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base), base_user()]
+  user, home_set = "", False  # as in Docker, a RUN runs as the USER before it (HOME: its own)
   for line, kind, payload in t.steps:
-    if kind == "env":
+    if kind == "user":
+      user = "" if payload.split(":")[0] in ("root", "0") else payload
+    elif kind == "env":
+      home_set = home_set or payload.startswith("export HOME=")
       lines.append(payload)
     elif kind == "workdir":
       cwd = shlex.quote(payload)
@@ -352,7 +363,7 @@ def translate(
         f"mkdir -p {cwd} 2>/dev/null; cd {cwd} || agentrl_fail {line} $? 'WORKDIR {payload}'"
       )
     elif kind == "copy":
-      staged, target = payload.split("\0")
+      staged, target, owner, *rels = payload.split("\0")
       # tar, not `cp -a src/. dst/`: that gives an existing dst (/tmp: 1777) the staging
       # folder's mode and owner; Docker's COPY leaves an existing folder as it is.
       dst = shlex.quote(target)
@@ -360,9 +371,17 @@ def translate(
         f'mkdir -p {dst} && (set -o pipefail; tar -C "$SETUP_DIR"/{staged} -cf - . | tar -C '
         f"{dst} -xpf - --no-overwrite-dir) || agentrl_fail {line} $? 'COPY into {target}'"
       )
+      if owner:
+        lines.append(
+          f"(cd {dst} && chown -h {shlex.quote(owner)} -- {shlex.join(rels)}) "
+          f"|| agentrl_fail {line} $? 'COPY --chown={owner}'"
+        )
     else:  # bash -e in its own process: `set -e` is void inside a `( ... ) || x` list
       what = shlex.quote(t.texts.get(line, payload).strip().splitlines()[0][:160])
-      lines.append(f"bash -ec {shlex.quote(payload)} || agentrl_fail {line} $? {what}")
+      run = f"bash -ec {shlex.quote(payload)}"
+      if user:
+        run = f"agentrl_as {line} {shlex.quote(user)} {int(home_set)} {run}"
+      lines.append(f"{run} || agentrl_fail {line} $? {what}")
   return DockerPlan(
     t.base,
     workdir,

@@ -7,6 +7,9 @@ from task_files import write
 from envs import eval as ev
 from envs.loading import load_any
 from envs.quality import GateConfig, gate_task
+from envs.sandbox import testing
+
+backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures
 
 HARBOR = {
   "task.toml": 'version = "1.0"\n[metadata]\ndifficulty = "easy"\ncategory = "text"\n',
@@ -57,15 +60,17 @@ def test_a_task_without_a_reference_solution_loads_for_policies_not_for_the_orac
   assert not report.ok and "no reference solution" in report.reasons[0]
 
 
-def _oracle_on(tmp_path, name: str, dockerfile: str | None = None, tests: str = "", files=()):
+def _oracle_on(
+  tmp_path, name: str, dockerfile: str | None = None, tests: str = "", files=(), backend="bwrap"
+):
   """The reference solution's trial on HARBOR with another Dockerfile, tests appended to its
-  test file and other files ({path: text})."""
+  test file and other files ({path: text}), on `backend`."""
   f = dict(HARBOR, **{"tests/test_outputs.py": HARBOR["tests/test_outputs.py"] + tests})
   f.update(files)
   if dockerfile is not None:
     f["environment/Dockerfile"] = dockerfile
   task = load_any(write(tmp_path / "s" / name, f))
-  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig(backend=backend))
   return oracle
 
 
@@ -151,3 +156,32 @@ def test_the_dockerfiles_user_runs_the_solution_and_the_tests(tmp_path):
   assert "/solution/solve.sh" in oracle["trajectory"][0]["action"]
   oracle = _oracle_on(tmp_path, "user-al", dockerfile.replace("USER bob", "USER al"), tests)
   assert oracle["grade_failure_mode"] == "task_error" and "USER al" in oracle["detail"]
+
+
+def test_a_run_after_user_runs_as_that_user(tmp_path, backend):
+  """As in Docker: each RUN runs as the USER before it (its HOME; `USER root` switches back),
+  COPY --chown owns the copied files, and a RUN as a user that does not exist yet is the
+  task's error naming the line; on both backends."""
+  dockerfile = (
+    "FROM python:3.12-slim\nRUN useradd -m bob\nWORKDIR /app\nCOPY data/ /app/data/\n"
+    "COPY --chown=bob:bob data/ /opt/bobs/\nUSER bob\n"
+    "RUN whoami > /tmp/who-1 && echo $HOME > /tmp/home-1 && touch /tmp/bobs-file\n"
+    "USER root\nRUN whoami > /tmp/who-2 && chown -R bob /app\nUSER bob\n"
+  )
+  tests = (
+    "\n    def test_run_users():\n"
+    '        assert Path("/tmp/who-1").read_text() == "bob\\n"\n'
+    '        assert Path("/tmp/home-1").read_text() == "/home/bob\\n"\n'
+    '        assert Path("/tmp/bobs-file").owner() == "bob"\n'
+    '        assert Path("/tmp/who-2").read_text() == "root\\n"\n'
+    '        assert Path("/opt/bobs/words.txt").owner() == "bob"\n'
+    '        assert Path("/opt/bobs/words.txt").group() == "bob"\n'
+    '        assert Path("/app/data/words.txt").owner() == "bob"  # the root RUN\'s chown\n'
+  )
+  oracle = _oracle_on(tmp_path, "run-as-bob", dockerfile, tests, backend=backend)
+  assert oracle["passed"], oracle["detail"]
+  late = dockerfile.replace("RUN useradd -m bob\n", "").replace("USER root", "RUN useradd -m bob")
+  late = late.replace("COPY --chown=bob:bob data/ /opt/bobs/\n", "")  # line 5: RUN as bob
+  oracle = _oracle_on(tmp_path, "run-as-nobody-yet", late, tests, backend=backend)
+  assert oracle["grade_failure_mode"] == "task_error", oracle["detail"]
+  assert "Dockerfile:5" in oracle["detail"] and "no user bob" in oracle["detail"]

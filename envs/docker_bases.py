@@ -4,7 +4,8 @@ the WORKDIR / ENV of public bases that task Dockerfiles inherit without repeatin
 Language images (gcc, golang, eclipse-temurin, openjdk, node, rust, maven) are Debian or
 Ubuntu plus one toolchain: they map onto the base image plus the distribution's package of
 that toolchain (installed into the task's package layer), with the image's ENV where a task
-may read it. The toolchain's version is the distribution's (a warning says so).
+may read it, and those built on buildpack-deps also get its layers' common packages (as does
+buildpack-deps itself). The toolchain's version is the distribution's (a warning says so).
 """
 
 from __future__ import annotations
@@ -53,9 +54,41 @@ def _jdk(tag: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
   return (f"openjdk-{major}-jdk-headless",), (("JAVA_HOME", home),)
 
 
+# The layers of buildpack-deps (`<suite>-curl`, `<suite>-scm`, `<suite>`), which gcc, golang,
+# node and rust images (not their -slim tags) are built on: tasks use what they bring
+# (openssl through ca-certificates, git, a C compiler). The full layer's long tail of -dev
+# libraries (imagemagick, postgres, ...) is cut to the common build set.
+BUILDPACK_CURL = ("ca-certificates", "curl", "gnupg", "netbase", "wget")
+BUILDPACK_SCM = BUILDPACK_CURL + ("git", "openssh-client", "procps")
+BUILDPACK_FULL = BUILDPACK_SCM + (
+  "autoconf", "automake", "bzip2", "dpkg-dev", "file", "g++", "gcc", "libbz2-dev", "libc6-dev",
+  "libffi-dev", "liblzma-dev", "libreadline-dev", "libsqlite3-dev", "libssl-dev", "libtool",
+  "make", "patch", "unzip", "xz-utils", "zlib1g-dev",
+)  # fmt: skip
+
+
+def _buildpack(repo: str, tag: str) -> tuple[str, ...]:
+  """The buildpack-deps packages under `repo:tag` (none for -slim tags and other images)."""
+  if "slim" in tag or repo not in ("buildpack-deps", "gcc", "golang", "node", "rust"):
+    return ()
+  if repo == "golang" or tag.endswith("scm"):
+    return BUILDPACK_SCM
+  return BUILDPACK_CURL if tag.endswith("curl") else BUILDPACK_FULL
+
+
 def toolchain(image: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None:
-  """(apt packages, ENV) standing in for a language image's toolchain, or None."""
+  """(apt packages, ENV) standing in for a language image's toolchain (and the buildpack-deps
+  layers it is built on), or None."""
   repo, tag = repo_tag(image)
+  layer = _buildpack(repo, tag)
+  tool = _toolchain(repo, tag)
+  if tool is None:
+    return (layer, ()) if layer else None
+  pkgs, env = tool
+  return layer + tuple(p for p in pkgs if p not in layer), env
+
+
+def _toolchain(repo: str, tag: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None:
   if repo == "gcc":
     return ("gcc", "g++", "make"), ()
   if repo == "golang":

@@ -224,6 +224,12 @@ class _Translator:
       return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
     if apt_noop(argv):
       return ":"
+    if prog == "add-apt-repository":  # a PPA is the network: its packages come from our sources
+      repo = " ".join(a for a in argv[1:] if not a.startswith("-"))
+      self.warn(
+        line, f"apt repository {repo} not added: its packages come from the machine's sources"
+      )
+      return ":"
     if prog in ("curl", "wget") or (prog == "git" and argv[1:2] == ["clone"]):
       raise self.err(line, text, "downloads from the network, which the sandbox does not have")
     if prog == "rm" and all(a.startswith("-") or not self.writable(a) for a in argv[1:]):

@@ -68,8 +68,23 @@ def solution_from_yaml(path: pathlib.Path) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _tests(root: pathlib.Path, runner_script: pathlib.Path) -> tuple[TestSpec, TestScript | None]:
-  """The hidden tests, with the format's runner script split by envs.test_script."""
+# Terminal-Bench 1's harness scores run-tests.sh with the task's parser, not by its exit code;
+# its pytest parser reads the PASSED / FAILED ... lines after "short test summary info" and the
+# task passes when there are some and all PASSED. A script that writes a reward file keeps it.
+TB1_PYTEST_PARSER = r"""bash "$(dirname "$0")/tb1-run-tests.sh" 2>&1 | tee /logs/verifier/tb1-output.txt
+rc=${PIPESTATUS[0]}
+if [ -e /logs/verifier/reward.txt ] || [ -e /logs/verifier/reward.json ]; then exit "$rc"; fi
+awk '/short test summary info/ { s = 1; next }
+  s && /^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) / { n++; if ($1 != "PASSED") bad++ }
+  END { print (n > 0 && bad == 0) ? 1 : 0 }' /logs/verifier/tb1-output.txt > /logs/verifier/reward.txt
+"""
+
+
+def _tests(
+  root: pathlib.Path, runner_script: pathlib.Path, parser: str | None = None
+) -> tuple[TestSpec, TestScript | None]:
+  """The hidden tests, with the format's runner script split by envs.test_script; `parser`:
+  Terminal-Bench 1's parser_name, which scores a script that does not run pytest itself."""
   tests = read_tree(root / "tests")
   rel = (
     runner_script.relative_to(root / "tests").as_posix()
@@ -92,7 +107,17 @@ def _tests(root: pathlib.Path, runner_script: pathlib.Path) -> tuple[TestSpec, T
     )
     return spec, plan
   script = ("set -e\n" if plan.set_e else "") + plan.shell
-  files = others + (FileEntry("test.sh", script.encode(), 0o755),)
+  if parser is None:
+    files = others + (FileEntry("test.sh", script.encode(), 0o755),)
+    return TestSpec(files, "shell", rewrite_paths=True), plan
+  if parser != "pytest":
+    raise TaskFormatError(
+      runner_script.parent / "task.yaml", "parser_name", f"parser {parser!r} is not supported"
+    )
+  files = others + (
+    FileEntry("tb1-run-tests.sh", script.encode(), 0o755),
+    FileEntry("test.sh", TB1_PYTEST_PARSER.encode(), 0o755),
+  )
   return TestSpec(files, "shell", rewrite_paths=True), plan
 
 
@@ -166,7 +191,8 @@ def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> T
   build = compose.read(root)
   exclude = dockerfile.TB1_EXCLUDED if build.context == root else ()
   plan = _translate(build.dockerfile, build.context, exclude)
-  tests, test_plan = _tests(root, root / "run-tests.sh")
+  parser = f.get("parser_name", str, "pytest")
+  tests, test_plan = _tests(root, root / "run-tests.sh", parser)
   script, files = _solution(root, ("solution.sh", "solution.yaml"))
   tid = root.name if not suite else f"{suite}/{root.name}"
   meta = {

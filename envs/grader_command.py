@@ -149,6 +149,8 @@ def _test_env(task: Task, gdir: str, nonce: str) -> str:
     **dict(task.env),
     **dict(task.tests.env),
   }
+  if task.tests.rewrite_paths:  # an image's `ENV TEST_DIR=/tests` names the grader's copy
+    env = {k: rewrite_paths(v, tdir, ldir) for k, v in env.items()}
   return " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
 
 

@@ -4,22 +4,29 @@ eclipse-temurin). Pure tests: no sandbox."""
 
 import pytest
 
-from envs import dockerfile
+from envs import docker_bases, dockerfile
+
+FULL, SCM = docker_bases.BUILDPACK_FULL, docker_bases.BUILDPACK_SCM
 
 
 @pytest.mark.parametrize(
   "base, apt, env_key",
-  [
-    ("gcc:13.3.0-bookworm", ("gcc", "g++", "make"), None),
-    ("golang:1.22.7-bookworm", ("golang-go",), "GOPATH"),
+  [  # gcc, node and rust are built on buildpack-deps (full), golang on its -scm layer
+    ("gcc:13.3.0-bookworm", FULL, None),
+    ("golang:1.22.7-bookworm", SCM + ("golang-go",), "GOPATH"),
     ("eclipse-temurin:17.0.12_7-jdk-jammy", ("openjdk-17-jdk-headless",), "JAVA_HOME"),
     ("openjdk:17-slim", ("openjdk-17-jdk-headless",), "JAVA_HOME"),
     ("maven:3.9-eclipse-temurin-17", ("maven", "openjdk-17-jdk-headless"), "JAVA_HOME"),
-    ("node:20-bookworm", ("nodejs", "npm"), None),
-    ("rust:1.79", ("rustc", "cargo"), None),
+    ("node:20-bookworm", FULL + ("nodejs", "npm"), None),
+    ("node:20-slim", ("nodejs", "npm"), None),
+    ("rust:1.79", FULL + ("rustc", "cargo"), None),
+    ("buildpack-deps:jammy", FULL, None),
+    ("buildpack-deps:bookworm-curl", docker_bases.BUILDPACK_CURL, None),
   ],
 )
 def test_language_image_adds_its_toolchain(base, apt, env_key):
+  """A task's reference solution may need what the image's layers bring (an aider-polyglot
+  task FROM buildpack-deps:jammy decrypts its solution with openssl)."""
   plan = dockerfile.translate(f"FROM {base}\nWORKDIR /app\nRUN apt-get install -y jq\n")
   assert plan.base == base and plan.workdir == "/app"
   assert plan.apt_packages == apt + ("jq",)
@@ -76,3 +83,18 @@ def test_test_script_install_line_with_redirections_and_semicolons():
     "test.sh",
   )
   assert s.apt_packages == ("jq",) and s.runs_pytest
+
+
+def test_an_added_apt_repository_is_dropped_and_its_packages_checked():
+  """`add-apt-repository ppa:...` needs the network: dropped (with a warning), the packages
+  it was for come from the machine's sources and are checked like any others."""
+  plan = dockerfile.translate(
+    "FROM buildpack-deps:jammy\nRUN apt-get update && apt-get install -y "
+    "software-properties-common && add-apt-repository ppa:deadsnakes/ppa && apt-get update "
+    "&& apt-get install -y python3.11 python3.11-venv\n"
+  )
+  assert plan.apt_packages[-2:] == ("python3.11", "python3.11-venv")
+  assert "bash -ec ': && : && : && : && agentrl_apt 2 python3.11 python3.11-venv'" in (
+    plan.setup_script
+  )
+  assert any("ppa:deadsnakes/ppa not added" in w for w in plan.warnings)

@@ -354,12 +354,20 @@ def test_tb_tests_without_pytest_use_the_script(tmp_path):
   t = formats.load_terminal_bench(write(tmp_path / "tb4", files))
   assert t.tests.runner == "shell" and {f.path for f in t.tests.files} == {
     "expected.txt",
+    "tb1-run-tests.sh",
     "test.sh",
   }
-  script = next(f for f in t.tests.files if f.path == "test.sh").data.decode()
+  script = next(f for f in t.tests.files if f.path == "tb1-run-tests.sh").data.decode()
   assert (
     script == "diff $TEST_DIR/expected.txt /app/out.txt && echo 1 > /logs/verifier/reward.txt\n"
   )
+  # test.sh runs it and scores it with TB1's pytest parser (task.yaml parser_name)
+  assert next(f for f in t.tests.files if f.path == "test.sh").data == (
+    formats.TB1_PYTEST_PARSER.encode()
+  )
+  files["task.yaml"] = TB["task.yaml"].replace("parser_name: pytest", "parser_name: swebench")
+  with pytest.raises(TaskFormatError, match="parser_name.*'swebench' is not supported"):
+    formats.load_terminal_bench(write(tmp_path / "tb5", files))
 
 
 def test_procedural_families_are_deterministic_and_fresh():

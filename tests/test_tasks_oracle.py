@@ -185,3 +185,33 @@ def test_a_run_after_user_runs_as_that_user(tmp_path, backend):
   oracle = _oracle_on(tmp_path, "run-as-nobody-yet", late, tests, backend=backend)
   assert oracle["grade_failure_mode"] == "task_error", oracle["detail"]
   assert "Dockerfile:5" in oracle["detail"] and "no user bob" in oracle["detail"]
+
+
+TB1_PARSED = {  # the aider-polyglot pattern: a test script that prints pytest's summary itself
+  "task.yaml": "instruction: Write hello to /app/out.txt.\nparser_name: pytest\n",
+  "Dockerfile": "FROM buildpack-deps:jammy\nWORKDIR /app\nRUN mkdir -p /tests\nENV TEST_DIR=/tests\n",
+  "solution.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
+  "run-tests.sh": """
+    #!/bin/bash
+    set -Eeuo pipefail
+    if [ ! -d "$TEST_DIR" ]; then echo "ERROR: TEST_DIR $TEST_DIR does not exist"; exit 1; fi
+    set +e
+    diff "$TEST_DIR/expected.txt" /app/out.txt
+    exit_code=$?
+    echo "=============== short test summary info ==============="
+    if [ $exit_code -eq 0 ]; then echo "PASSED out_test"; else echo "FAILED out_test"; fi
+    exit $exit_code
+  """,
+  "tests/expected.txt": "hello\n",
+}
+
+
+def test_a_tb1_script_is_scored_by_its_parser_with_the_images_test_dir(tmp_path, backend):
+  """Terminal-Bench 1 scores a run-tests.sh that does not run pytest by the task's parser
+  (pytest's summary lines), and the image's `ENV TEST_DIR=/tests` names the grader's copy."""
+  task = load_any(write(tmp_path / "tb" / "parsed", TB1_PARSED))
+  cfg = ev.EvalConfig(backend=backend)
+  (oracle,) = ev.evaluate([task], ev.make_agent("oracle"), cfg)
+  assert oracle["passed"], oracle["detail"]
+  (null,) = ev.evaluate([task], ev.make_agent("null"), cfg)
+  assert not null["passed"] and null["grade_failure_mode"] == "none", null["detail"]

@@ -218,6 +218,23 @@ def test_strays_die_while_they_fork(backend, mode):
     assert sb.exec("echo ok").stdout == "ok\n" and sb.alive
 
 
+def test_a_full_process_table_is_empty_when_the_cleanup_returns(backend, mode):
+  """Killed processes hold their pids slots until pid 1 reaps them: kill_strays returns only
+  when they are gone, so the next exec (the grader's, a reset's file write) can start."""
+  with make(backend, mode=mode, pids=64) as sb:
+    fill = (
+      "python3 -c 'import os, time\nwhile True:\n  try:\n    pid = os.fork()\n"
+      "  except OSError:\n    break\n  if pid == 0:\n    time.sleep(1000)\n    os._exit(0)\n'"
+    )
+    sb.exec(fill, timeout_s=60)
+    sb.kill_strays()
+    stats = sb.pids_stats()
+    if stats is not None:
+      assert stats[0] <= 4 and stats[1] > 0, stats  # pid 1, its sleep, this probe's sh and cat
+    sb.write_file("/tmp/after", b"ok", 0o644)
+    assert sb.exec("cat /tmp/after").stdout == "ok"
+
+
 def test_docker_pids_stats_errors_are_sandbox_errors(sandbox_image):
   testing.require_docker()
   with make("docker") as sb:

@@ -39,6 +39,16 @@ def _stat_fields(pid: int) -> list[bytes] | None:
   return raw.rsplit(b")", 1)[1].split()
 
 
+def _await_reaped(killed: dict[int, bytes], wait_s: float = 10.0) -> None:
+  """Waits until the SIGKILLed processes are gone: a killed process holds its slot in the pids
+  cgroup until pid 1 reaps it, and an exec that comes sooner finds the table still full."""
+  deadline = time.monotonic() + wait_s
+  while killed and time.monotonic() < deadline:
+    killed = {p: t for p, t in killed.items() if (f := _stat_fields(p)) and f[19] == t}
+    if killed:
+      time.sleep(0.02)
+
+
 class ArchiveFileOps:
   """Overrides TarFileOps' transport in container mode (readonly mode keeps TarFileOps')."""
 
@@ -178,7 +188,7 @@ class ArchiveFileOps:
       return False
     # Frozen (docker pause: the cgroup freezer), no process can fork while we look, so one
     # pass catches a fork storm; the SIGKILLs land when the container thaws.
-    frozen = self._freeze(True)
+    frozen, killed = self._freeze(True), {}
     try:
       for _ in range(1 if frozen else 5):
         try:
@@ -192,6 +202,7 @@ class ArchiveFileOps:
           if pid == pid1 or f is None or f[3] == init[3] or int(f[19]) < since:
             continue
           victims.append(pid)
+          killed[pid] = f[19]
         for pid in victims:
           try:
             os.kill(pid, signal.SIGKILL)
@@ -202,6 +213,7 @@ class ArchiveFileOps:
     finally:
       if frozen:
         self._freeze(False)
+    _await_reaped(killed)
     return True
 
   def _freeze(self, on: bool) -> bool:

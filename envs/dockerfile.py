@@ -88,7 +88,6 @@ class _Translator:
     self.context = {f.path: f for f in context if f.path.split("/", 1)[0] not in exclude}
     self.apt: list[str] = []
     self.pip: list[str] = []
-    self.user = ""
     self.env: dict[str, str] = {"PATH": DEFAULT_PATH}
     self.args: dict[str, str] = {}
     self.task_env: dict[str, str] = {}
@@ -124,9 +123,7 @@ class _Translator:
   do_healthcheck = do_stopsignal = do_onbuild = do_shell = ignore
 
   def do_user(self, line, text, args):
-    spec = expand(args.strip(), {**self.args, **self.env})
-    self.user = spec.split(":")[0]
-    self.steps.append((line, "user", spec))
+    self.steps.append((line, "user", expand(args.strip(), {**self.args, **self.env})))
 
   def do_from(self, line, text, args):
     if self.base:
@@ -279,15 +276,13 @@ class _Translator:
       raise self.err(line, text, f"no file in the build context matches {' '.join(srcs)!r}")
     single_file = len(entries) == 1 and entries[0][2] and not as_dir
     target = posixpath.dirname(dest_abs) if single_file else dest_abs
-    rels = []
-    for rel, f, _ in entries:
-      rel = posixpath.basename(dest_abs) if single_file else rel
-      rels.append(rel)
+    rels = [posixpath.basename(dest_abs) if single_file else rel for rel, _, _ in entries]
+    for rel, (_, f, _) in zip(rels, entries, strict=True):
       self.files.append(FileEntry(f"{staged}/{rel}", f.data, mode or f.mode))
     owner = expand(opts.get("chown") or "", {**self.args, **self.env})
-    if owner:  # --chown: the copied files and the folders they bring, as in Docker
-      rels += sorted({posixpath.dirname(r) for r in rels} - {""})
-    self.steps.append((line, "copy", "\0".join([staged, target, owner, *(rels if owner else [])])))
+    # --chown: the copied files and the folders they bring, as in Docker
+    owned = [*rels, *sorted({posixpath.dirname(r) for r in rels} - {""})] if owner else []
+    self.steps.append((line, "copy", "\0".join([staged, target, owner, *owned])))
 
   def do_add(self, line, text, args):
     self.do_copy(line, text, args, add=True)
@@ -356,9 +351,10 @@ def translate(
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
   lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base), base_user()]
-  user, home_set = "", False  # as in Docker, a RUN runs as the USER before it (HOME: its own)
+  user, last_user, home_set = "", "", False  # as in Docker, a RUN runs as the USER before it
   for line, kind, payload in t.steps:
     if kind == "user":
+      last_user = payload  # name[:group] or uid[:gid]
       user = "" if payload.split(":")[0] in ("root", "0") else payload
     elif kind == "env":
       home_set = home_set or payload.startswith("export HOME=")
@@ -397,6 +393,6 @@ def translate(
     tuple(t.warnings),
     tuple(t.apt),
     tuple(t.pip),
-    t.user,
+    last_user,
     bool(outside),
   )

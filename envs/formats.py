@@ -108,17 +108,17 @@ def _tests(
     return spec, plan
   script = ("set -e\n" if plan.set_e else "") + plan.shell
   if parser is None:
-    files = others + (FileEntry("test.sh", script.encode(), 0o755),)
-    return TestSpec(files, "shell", rewrite_paths=True), plan
-  if parser != "pytest":
+    files = (FileEntry("test.sh", script.encode(), 0o755),)
+  elif parser == "pytest":
+    files = (
+      FileEntry("tb1-run-tests.sh", script.encode(), 0o755),
+      FileEntry("test.sh", TB1_PYTEST_PARSER.encode(), 0o755),
+    )
+  else:
     raise TaskFormatError(
       runner_script.parent / "task.yaml", "parser_name", f"parser {parser!r} is not supported"
     )
-  files = others + (
-    FileEntry("tb1-run-tests.sh", script.encode(), 0o755),
-    FileEntry("test.sh", TB1_PYTEST_PARSER.encode(), 0o755),
-  )
-  return TestSpec(files, "shell", rewrite_paths=True), plan
+  return TestSpec(others + files, "shell", rewrite_paths=True), plan
 
 
 def _solution(root: pathlib.Path, candidates: tuple[str, ...]) -> tuple[str, tuple[FileEntry, ...]]:

@@ -178,7 +178,7 @@ def run_setup(sb: Sandbox, task: Task) -> None:
 def switch_user(sb: Sandbox, task: Task) -> None:
   """The Dockerfile's USER, as Docker has it: set-up ran as root, the agent and the tests run
   as USER (container mode; the read-only mode has its own user)."""
-  if not task.user or task.user == "root" or sb.spec.mode != "container":
+  if task.user.split(":")[0] in ("", "root", "0") or sb.spec.mode != "container":
     return
   try:
     sb.run_as(task.user)

@@ -158,6 +158,27 @@ def test_the_dockerfiles_user_runs_the_solution_and_the_tests(tmp_path):
   assert oracle["grade_failure_mode"] == "task_error" and "USER al" in oracle["detail"]
 
 
+def test_the_final_user_takes_a_group_or_a_bare_uid(tmp_path, backend):
+  """As in Docker: `USER bob:staff` runs the agent and the tests with staff's gid, and
+  `USER 4242` (no passwd entry) with uid 4242 and gid 0; on both backends."""
+  base = "FROM python:3.12-slim\nRUN useradd -m bob\nWORKDIR /app\nCOPY data/ /app/data/\n"
+  tests = (
+    "\n    def test_ids():\n"
+    "        import grp, os, pwd\n"
+    '        ids = (os.getuid(), os.getgid(), os.stat("/app/out.txt").st_gid)\n'
+    '        want = (pwd.getpwnam("bob").pw_uid, grp.getgrnam("staff").gr_gid)\n'
+    "        assert ids in ((*want, want[1]), (4242, 0, 0)), ids\n"
+  )
+  grouped = base + "RUN chown -R bob /app\nUSER bob:staff\n"
+  oracle = _oracle_on(tmp_path, "user-group", grouped, tests, backend=backend)
+  assert oracle["passed"], oracle["detail"]
+  bare = base + "RUN chmod 1777 /app\nUSER 4242\n"
+  oracle = _oracle_on(tmp_path, "user-uid", bare, tests, backend=backend)
+  assert oracle["passed"], oracle["detail"]
+  oracle = _oracle_on(tmp_path, "user-nogroup", base + "USER bob:nogroupx\n", tests)
+  assert oracle["grade_failure_mode"] == "task_error" and "no group" in oracle["detail"]
+
+
 def test_a_run_after_user_runs_as_that_user(tmp_path, backend):
   """As in Docker: each RUN runs as the USER before it (its HOME; `USER root` switches back),
   COPY --chown owns the copied files, and a RUN as a user that does not exist yet is the
@@ -188,8 +209,9 @@ def test_a_run_after_user_runs_as_that_user(tmp_path, backend):
 
 
 TB1_PARSED = {  # the aider-polyglot pattern: a test script that prints pytest's summary itself
+  # (a slim base: buildpack-deps' package layer would be built for nothing in each fresh CI)
   "task.yaml": "instruction: Write hello to /app/out.txt.\nparser_name: pytest\n",
-  "Dockerfile": "FROM buildpack-deps:jammy\nWORKDIR /app\nRUN mkdir -p /tests\nENV TEST_DIR=/tests\n",
+  "Dockerfile": "FROM python:3.12-slim\nWORKDIR /app\nRUN mkdir -p /tests\nENV TEST_DIR=/tests\n",
   "solution.sh": "#!/bin/bash\necho hello > /app/out.txt\n",
   "run-tests.sh": """
     #!/bin/bash

@@ -127,20 +127,28 @@ class Sandbox(abc.ABC):
     (system_guard.py); None where the root is read-only (the agent cannot change them)."""
     return None
 
-  def run_as(self, name: str) -> None:
-    """Later execs and file transfers run as `name` of the sandbox's own /etc/passwd (a
-    Dockerfile's USER, created by its set-up, which ran as root). Container mode only."""
+  def run_as(self, user: str) -> None:
+    """Later execs and file transfers run as `user`, a Dockerfile USER resolved as Docker does
+    against the sandbox's own /etc/passwd and /etc/group (created by its set-up, which ran as
+    root): `name` or `uid`, optionally `:group` or `:gid`; a uid with no passwd entry runs
+    with gid 0 and HOME /. Container mode only."""
     if self.spec.mode != "container":
-      raise ValueError(f"run_as({name!r}): only in container mode, not {self.spec.mode!r}")
-    for line in self.read_file("/etc/passwd").decode(errors="replace").splitlines():
-      f = line.split(":")
-      if len(f) >= 7 and name in (f[0], f[2]):  # USER takes a name or a uid
-        uid, gid, home = int(f[2]), int(f[3]), f[5]
-        break
+      raise ValueError(f"run_as({user!r}): only in container mode, not {self.spec.mode!r}")
+    name, _, group = user.partition(":")
+    ent = _db_entry(self.read_file("/etc/passwd"), name, 7)
+    if ent is not None:
+      name, uid, gid, home = ent[0], int(ent[2]), int(ent[3]), ent[5]
+    elif name.isdigit():
+      uid, gid, home = int(name), 0, "/"
     else:
       raise ValueError(f"/etc/passwd: no user {name!r}")
-    self.spec = dataclasses.replace(self.spec, user=f[0])
-    self.user, self.uid, self.gid, self.home = f[0], uid, gid, home
+    if group:
+      gent = _db_entry(self.read_file("/etc/group"), group, 3)
+      if gent is None and not group.isdigit():
+        raise ValueError(f"/etc/group: no group {group!r}")
+      gid = int(gent[2]) if gent is not None else int(group)
+    self.spec = dataclasses.replace(self.spec, user=name)
+    self.user, self.uid, self.gid, self.home = name, uid, gid, home
 
   def __enter__(self):
     return self
@@ -148,3 +156,12 @@ class Sandbox(abc.ABC):
   def __exit__(self, *exc):
     self.close()
     return False
+
+
+def _db_entry(raw: bytes, key: str, width: int) -> list[str] | None:
+  """The /etc/passwd or /etc/group line whose name (field 0) or id (field 2) is `key`."""
+  for line in raw.decode(errors="replace").splitlines():
+    f = line.split(":")
+    if len(f) >= width and key in (f[0], f[2]):
+      return f
+  return None

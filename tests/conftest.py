@@ -27,3 +27,16 @@ def _release_memory_after_each_module():
   gc.collect()
   jax.clear_caches()
   _LIBC.malloc_trim(0)  # glibc keeps freed arenas otherwise; no library exposes this
+
+
+def pytest_collection_modifyitems(config, items):
+  """Files with a `slow` test first, then the files with the most tests (xdist's own order):
+  with `--dist loadfile` a worker takes a whole file, and the 10-minute demo started last
+  kept one worker busy after the other had finished. `--no-loadscope-reorder` (pyproject)
+  makes xdist keep this order."""
+  count, slow = {}, set()
+  for item in items:
+    count[item.path] = count.get(item.path, 0) + 1
+    if item.get_closest_marker("slow"):
+      slow.add(item.path)
+  items.sort(key=lambda item: (item.path not in slow, -count[item.path], str(item.path)))

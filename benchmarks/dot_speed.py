@@ -1,0 +1,101 @@
+"""XLA:CPU dot speed at the engine's decode shapes against the square-matmul peak, per XLA flag.
+
+For each flag set (a child process each, since XLA reads XLA_FLAGS once) it prints GFLOP/s of
+one jitted fp32 dot at the qwen3_20m decode shapes (32 slots: the MLP's up and down
+projections and the LM head; 1 slot) and of a 2048^3 dot (the peak), best of 5 timed loops,
+the decode shapes as a fraction of that peak measured in the same process, and the time of
+the whole 32-slot decode step's matmul chain alone.
+
+Run: python benchmarks/dot_speed.py [--flags=",--xla_cpu_use_xnnpack=true,--xla_cpu_use_onednn=true"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SHAPES = [(32, 512, 1792), (32, 1792, 512), (32, 512, 8192), (1, 512, 1792), (2048, 2048, 2048)]
+
+
+def measure() -> dict[str, float]:
+  """GFLOP/s per shape in this process."""
+  import jax  # noqa: PLC0415 (imported after XLA_FLAGS is set by the parent)
+  import numpy as np  # noqa: PLC0415
+
+  f = jax.jit(lambda a, b: a @ b)
+  out = {}
+  for m, k, n in SHAPES:
+    rng = np.random.default_rng(0)
+    a = jax.numpy.asarray(rng.random((m, k), np.float32))
+    b = jax.numpy.asarray(rng.random((k, n), np.float32))
+    f(a, b).block_until_ready()
+    reps, best = (20 if m == 2048 else 200), float("inf")
+    for _ in range(5):
+      t = time.perf_counter()
+      for _ in range(reps):
+        r = f(a, b)
+      r.block_until_ready()
+      best = min(best, (time.perf_counter() - t) / reps)
+    out[f"{m}x{k}x{n}"] = 2 * m * k * n / best / 1e9
+  out["chain_ms"] = _chain_ms(jax, np)
+  return out
+
+
+def _chain_ms(jax, np) -> float:
+  """ms of the decode step's matmuls alone at 32 slots (benchmarks/generate.py's 4 layers:
+  q, k, v, o, gate, up, down, then the LM head; 1.24 GFLOP), each dot fed by the last."""
+  rng = np.random.default_rng(0)
+  dims = [(512, 512), (512, 128), (512, 128), (512, 512), (512, 2048), (512, 2048), (2048, 512)]
+  ws = [jax.numpy.asarray(rng.random(d, np.float32) * 0.01) for _ in range(4) for d in dims]
+  head = jax.numpy.asarray(rng.random((512, 8192), np.float32) * 0.01)
+
+  @jax.jit
+  def chain(x, ws, head):
+    for i in range(0, len(ws), 7):
+      q, k, v, o, g, u, d = ws[i : i + 7]
+      a = (x @ q) + jax.numpy.tile(x @ k + x @ v, 4)
+      x = x + a @ o
+      x = x + ((x @ g) * (x @ u)) @ d
+    return x @ head
+
+  x = jax.numpy.asarray(rng.random((32, 512), np.float32))
+  chain(x, ws, head).block_until_ready()
+  best = float("inf")
+  for _ in range(5):
+    t = time.perf_counter()
+    for _ in range(50):
+      r = chain(x, ws, head)
+    r.block_until_ready()
+    best = min(best, (time.perf_counter() - t) / 50)
+  return best * 1e3
+
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--flags", default=",--xla_cpu_use_xnnpack=true,--xla_cpu_use_onednn=true")
+  ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  args = ap.parse_args()
+  if args.child:
+    print(json.dumps(measure()))
+    return
+  print(f"load average {os.getloadavg()[0]:.2f}")
+  for flag in args.flags.split(","):
+    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    res = subprocess.run(
+      [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, check=True
+    )
+    g = json.loads(res.stdout.strip().splitlines()[-1])
+    peak, chain_ms = g.pop("2048x2048x2048"), g.pop("chain_ms")
+    row = ", ".join(f"{s} {v:.0f} ({v / peak:.2f})" for s, v in g.items())
+    print(
+      f"[{flag or 'default'}] peak {peak:.0f} GFLOP/s; {row}; decode matmul chain {chain_ms:.2f} ms"
+    )
+  print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+  main()

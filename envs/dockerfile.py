@@ -351,10 +351,10 @@ def translate(
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
   lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base), base_user()]
-  user, last_user, home_set = "", "", False  # as in Docker, a RUN runs as the USER before it
+  # As in Docker, a RUN runs as the USER before it (name[:group] or uid[:gid]; "": root).
+  user, home_set = "", False
   for line, kind, payload in t.steps:
     if kind == "user":
-      last_user = payload  # name[:group] or uid[:gid]
       user = "" if payload.split(":")[0] in ("root", "0") else payload
     elif kind == "env":
       home_set = home_set or payload.startswith("export HOME=")
@@ -393,6 +393,6 @@ def translate(
     tuple(t.warnings),
     tuple(t.apt),
     tuple(t.pip),
-    last_user,
+    user,
     bool(outside),
   )

@@ -15,7 +15,7 @@ import tempfile
 import uuid
 
 from envs import sandbox as sandbox_lib
-from envs.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from envs.sandbox.base import Sandbox, SandboxError, SandboxSpec, passwd_entry
 from envs.task import FileEntry, Task
 from envs.workspace import manifest_cmd
 
@@ -137,10 +137,8 @@ def sandbox_home(sb: Sandbox) -> str | None:
   if home:
     return home
   try:
-    for line in sb.read_file("/etc/passwd").decode().splitlines():
-      f = line.split(":")
-      if len(f) >= 6 and f[0] == getattr(sb, "user", sb.spec.user):
-        return f[5]
+    f = passwd_entry(sb.read_file("/etc/passwd"), getattr(sb, "user", sb.spec.user))
+    return f[5] if f else None
   except (OSError, SandboxError):
     pass
   return None
@@ -178,7 +176,7 @@ def run_setup(sb: Sandbox, task: Task) -> None:
 def switch_user(sb: Sandbox, task: Task) -> None:
   """The Dockerfile's USER, as Docker has it: set-up ran as root, the agent and the tests run
   as USER (container mode; the read-only mode has its own user)."""
-  if task.user.split(":")[0] in ("", "root", "0") or sb.spec.mode != "container":
+  if not task.user or sb.spec.mode != "container":  # "": root (envs.dockerfile.translate)
     return
   try:
     sb.run_as(task.user)

@@ -162,20 +162,20 @@ def test_the_final_user_takes_a_group_or_a_bare_uid(tmp_path, backend):
   """As in Docker: `USER bob:staff` runs the agent and the tests with staff's gid, and
   `USER 4242` (no passwd entry) with uid 4242 and gid 0; on both backends."""
   base = "FROM python:3.12-slim\nRUN useradd -m bob\nWORKDIR /app\nCOPY data/ /app/data/\n"
-  tests = (
+  ids = (
     "\n    def test_ids():\n"
     "        import grp, os, pwd\n"
     '        ids = (os.getuid(), os.getgid(), os.stat("/app/out.txt").st_gid)\n'
-    '        want = (pwd.getpwnam("bob").pw_uid, grp.getgrnam("staff").gr_gid)\n'
-    "        assert ids in ((*want, want[1]), (4242, 0, 0)), ids\n"
+    "        assert ids == {}, ids\n"
   )
+  staff = '(pwd.getpwnam("bob").pw_uid, *[grp.getgrnam("staff").gr_gid] * 2)'
   grouped = base + "RUN chown -R bob /app\nUSER bob:staff\n"
-  oracle = _oracle_on(tmp_path, "user-group", grouped, tests, backend=backend)
+  oracle = _oracle_on(tmp_path, "user-group", grouped, ids.format(staff), backend=backend)
   assert oracle["passed"], oracle["detail"]
   bare = base + "RUN chmod 1777 /app\nUSER 4242\n"
-  oracle = _oracle_on(tmp_path, "user-uid", bare, tests, backend=backend)
+  oracle = _oracle_on(tmp_path, "user-uid", bare, ids.format("(4242, 0, 0)"), backend=backend)
   assert oracle["passed"], oracle["detail"]
-  oracle = _oracle_on(tmp_path, "user-nogroup", base + "USER bob:nogroupx\n", tests)
+  oracle = _oracle_on(tmp_path, "user-nogroup", base + "USER bob:nogroupx\n", ids.format("()"))
   assert oracle["grade_failure_mode"] == "task_error" and "no group" in oracle["detail"]
 
 

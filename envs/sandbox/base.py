@@ -135,7 +135,7 @@ class Sandbox(abc.ABC):
     if self.spec.mode != "container":
       raise ValueError(f"run_as({user!r}): only in container mode, not {self.spec.mode!r}")
     name, _, group = user.partition(":")
-    ent = _db_entry(self.read_file("/etc/passwd"), name, 7)
+    ent = passwd_entry(self.read_file("/etc/passwd"), name)
     if ent is not None:
       name, uid, gid, home = ent[0], int(ent[2]), int(ent[3]), ent[5]
     elif name.isdigit():
@@ -143,7 +143,7 @@ class Sandbox(abc.ABC):
     else:
       raise ValueError(f"/etc/passwd: no user {name!r}")
     if group:
-      gent = _db_entry(self.read_file("/etc/group"), group, 3)
+      gent = passwd_entry(self.read_file("/etc/group"), group, 3)
       if gent is None and not group.isdigit():
         raise ValueError(f"/etc/group: no group {group!r}")
       gid = int(gent[2]) if gent is not None else int(group)
@@ -158,8 +158,9 @@ class Sandbox(abc.ABC):
     return False
 
 
-def _db_entry(raw: bytes, key: str, width: int) -> list[str] | None:
-  """The /etc/passwd or /etc/group line whose name (field 0) or id (field 2) is `key`."""
+def passwd_entry(raw: bytes, key: str, width: int = 7) -> list[str] | None:
+  """The fields of the /etc/passwd line (width 7; /etc/group: 3) whose name (field 0) or id
+  (field 2) is `key`; None when there is none."""
   for line in raw.decode(errors="replace").splitlines():
     f = line.split(":")
     if len(f) >= width and key in (f[0], f[2]):

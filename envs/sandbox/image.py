@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from envs.sandbox import apt_sources
-from envs.sandbox.base import SandboxError
+from envs.sandbox.base import SandboxError, passwd_entry
 
 BUILD_SCRIPT_VERSION = 2  # bump when the build steps below change what lands in the tree
 LAYER_VERSION = 1
@@ -123,11 +123,10 @@ class Image:
 
 @functools.lru_cache(maxsize=256)
 def _passwd_entry(passwd: pathlib.Path, name: str) -> tuple[int, int, str]:
-  for line in passwd.read_text().splitlines():
-    f = line.split(":")
-    if len(f) >= 7 and f[0] == name:
-      return int(f[2]), int(f[3]), f[5]
-  raise SandboxError(f"{passwd}: no user {name!r}")
+  f = passwd_entry(passwd.read_bytes(), name)
+  if f is None:
+    raise SandboxError(f"{passwd}: no user {name!r}")
+  return int(f[2]), int(f[3]), f[5]
 
 
 class Lock:

@@ -1,6 +1,6 @@
 r"""Async vs sync RL on heavy-tailed episodes, over seeds and the whole run.
 
-  python benchmarks/async_vs_sync.py [--seeds=0,1,2] [--steps=8] [--eta=3 --cap=6]
+  python benchmarks/async_vs_sync.py [--seeds=0,1,2] [--steps=16] [--eta=3 --cap=6]
   python benchmarks/async_vs_sync.py --kv_probe     # the KV-cache policy at a weight swap
 
 Same everything but `loop.mode`: the toy's echo_word task in real bubblewrap sandboxes, graded
@@ -73,7 +73,11 @@ class HeavyTailTasks(task_sources.ProceduralTasks):
 
 def base_config(args, seed: int = 0):
   c = toy.get_config()
-  m = c.model  # a policy big enough that training is a real share of the step
+  # A policy big enough that its update is a real share of the step, as a real model's is
+  # (defaults: width 384 x 4 layers, ~1.5 s an update alone): admission keeps at most
+  # (eta + 1) * batch_groups groups in flight, so the trainer never waits only if
+  # (eta + 1) * update time >= a group's latency (benchmarks/RESULTS.md, 2026-12-05).
+  m = c.model
   m.d_model, m.n_layers, m.head_dim, m.d_ff = (
     args.width,
     args.layers,
@@ -92,6 +96,7 @@ def base_config(args, seed: int = 0):
   c.rollout.dynamic_sampling = False  # same number of rollouts per step in both modes
   c.engine.kv_on_swap = args.kv_on_swap
   c.train.loss.decoupled = True
+  c.train.optim.lr = args.lr or c.train.optim.lr
   # The policy's own reward before and after training: args.eval_episodes sampled episodes of
   # the training task (no delays), the same seeds in both modes and at both ends.
   c.env.eval_tasks, c.env.eval_greedy, c.loop.eval_every = args.eval_episodes, False, 0
@@ -240,7 +245,13 @@ def summarize(runs: list[dict]) -> dict:
     out["reward_gap_in_sync_sd"] = (a[0] - s[0]) / max(s[1], 1e-9)
     if "async_final_policy_reward" in out and "sync_final_policy_reward" in out:
       a, s = out["async_final_policy_reward"], out["sync_final_policy_reward"]
+      out["policy_reward_gap"] = a[0] - s[0]
       out["policy_reward_gap_in_sync_sd"] = (a[0] - s[0]) / max(s[1], 1e-9)
+      # The sync seeds can tie (all three 43 of 48), leaving a sync sd of 0: the gap is also
+      # given in the two modes' pooled sd.
+      out["policy_reward_gap_in_pooled_sd"] = (a[0] - s[0]) / max(
+        np.hypot(a[1], s[1]) / 2**0.5, 1e-9
+      )
   return out
 
 
@@ -368,7 +379,7 @@ def kv_probe(turns: int = 4, new_tokens: int = 24, episodes: int = 8, step: floa
 
 def main():
   ap = argparse.ArgumentParser()
-  ap.add_argument("--steps", type=int, default=8)
+  ap.add_argument("--steps", type=int, default=16)
   ap.add_argument("--seeds", default="0,1,2")
   ap.add_argument("--batch_groups", type=int, default=4)
   ap.add_argument("--eta", type=int, default=3)
@@ -380,10 +391,13 @@ def main():
   ap.add_argument("--slow_factor", type=float, default=10.0)
   ap.add_argument("--slow_phase", choices=("setup", "verify"), default="verify")
   ap.add_argument("--prefetch", type=int, default=16)
-  ap.add_argument("--width", type=int, default=192)
-  ap.add_argument("--layers", type=int, default=3)
+  ap.add_argument("--width", type=int, default=384)
+  ap.add_argument("--layers", type=int, default=4)
+  ap.add_argument("--lr", type=float, default=0.0, help="RL learning rate; 0: the toy's")
   ap.add_argument("--eval_episodes", type=int, default=48, help="policy reward: 0 = off")
-  ap.add_argument("--sft_steps", type=int, default=toy.get_config().sft.steps)
+  ap.add_argument(
+    "--sft_steps", type=int, default=60
+  )  # width 384: 48 left the reward at 0, 72 at 0.9
   ap.add_argument("--modes", default="sync,async", choices=("sync,async", "sync", "async"))
   ap.add_argument("--workdir", default="")
   ap.add_argument("--plot", default="", help="PNG path (default: WORKDIR/async_vs_sync.png)")

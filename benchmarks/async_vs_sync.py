@@ -396,8 +396,8 @@ def main():
   ap.add_argument("--lr", type=float, default=0.0, help="RL learning rate; 0: the toy's")
   ap.add_argument("--eval_episodes", type=int, default=48, help="policy reward: 0 = off")
   ap.add_argument(
-    "--sft_steps", type=int, default=60
-  )  # width 384: 48 left the reward at 0, 72 at 0.9
+    "--sft_steps", type=int, default=60, help="warm start (width 384: 48 left reward 0, 72 0.9)"
+  )
   ap.add_argument("--modes", default="sync,async", choices=("sync,async", "sync", "async"))
   ap.add_argument("--workdir", default="")
   ap.add_argument("--plot", default="", help="PNG path (default: WORKDIR/async_vs_sync.png)")

@@ -34,14 +34,7 @@ def measure() -> dict[str, float]:
     rng = np.random.default_rng(0)
     a = jax.numpy.asarray(rng.random((m, k), np.float32))
     b = jax.numpy.asarray(rng.random((k, n), np.float32))
-    f(a, b).block_until_ready()
-    reps, best = (20 if m == 2048 else 200), float("inf")
-    for _ in range(5):
-      t = time.perf_counter()
-      for _ in range(reps):
-        r = f(a, b)
-      r.block_until_ready()
-      best = min(best, (time.perf_counter() - t) / reps)
+    best = _best_s(f, a, b, reps=20 if m == 2048 else 200)
     out[f"{m}x{k}x{n}"] = 2 * m * k * n / best / 1e9
   out["chain_ms"] = _chain_ms(jax, np, 32)
   out["chain1_ms"] = _chain_ms(jax, np, 1)

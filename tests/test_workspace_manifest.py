@@ -20,30 +20,12 @@ from envs.workspace import MANIFEST_PY, NO_PYCACHE, manifest_cmd
 
 backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures
 
-# The manifest as it was written before (hashlib and json), kept as the reference.
-REFERENCE_PY = r"""
-import hashlib, json, os, sys
-ws, extra = sys.argv[1], sys.argv[2:]
-out = {}
-def add(p, key):
-  if os.path.islink(p):
-    out[key] = "link:" + os.readlink(p); return
-  try:
-    with open(p, "rb") as f:
-      out[key] = hashlib.sha256(f.read()).hexdigest()
-  except OSError as e:
-    out[key] = "error:" + type(e).__name__
-def walk(root, rel):
-  if os.path.isfile(root) or os.path.islink(root):
-    add(root, rel(root)); return
-  for d, dirs, files in os.walk(root):
-    for n in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
-      p = os.path.join(d, n); add(p, rel(p))
-walk(ws, lambda p: os.path.relpath(p, ws))
-for r in extra:
-  walk(r, lambda p: p)
-print(json.dumps(out, sort_keys=True))
-"""
+# The reference: the same walk, hashed by hashlib and printed by json.dumps (as the script did
+# before it avoided both).
+_PRINT = MANIFEST_PY.strip().splitlines()[-1]
+REFERENCE_PY = MANIFEST_PY.replace(_PRINT, "import json; print(json.dumps(out, sort_keys=True))")
+REFERENCE_PY = REFERENCE_PY.replace("h = sha256()", "import hashlib; h = hashlib.sha256()")
+assert "json.dumps" in REFERENCE_PY and "hashlib.sha256()" in REFERENCE_PY
 
 # Names json escapes: quote, backslash, control characters, non-ASCII in and beyond the BMP,
 # and a byte that is not UTF-8 (a lone surrogate in Python); links to a file, a folder, nowhere.
@@ -118,9 +100,9 @@ def test_the_manifest_in_a_sandbox_equals_the_reference(backend):
     assert both == json.loads(ref.stdout)
 
 
-@pytest.mark.parametrize("name", ["x\u2028y", "\x00nul-free\x01", "\U0010ffff"])
+@pytest.mark.parametrize("name", ["x\u2028y", "ctrl\x01", "\U0010ffff"])
 def test_one_awkward_name_round_trips(tmp_path, name):
-  p = tmp_path / name.replace("\x00", "")
+  p = tmp_path / name
   p.write_bytes(b"z")
   got = json.loads(_run_host(MANIFEST_PY, str(tmp_path)).stdout)
   assert got == {p.name: hashlib.sha256(b"z").hexdigest()}

@@ -68,6 +68,16 @@ def _tb_scalars(run: pathlib.Path) -> dict[tuple[int, str], float]:
   return out
 
 
+def _span(run: pathlib.Path) -> tuple[float, float]:
+  """The wall-clock times of a run's first and last records (events.jsonl, metrics.jsonl)."""
+  times = [
+    json.loads(x)["time"]
+    for name in ("events.jsonl", "metrics.jsonl")
+    for x in (run / name).read_text().splitlines()
+  ]
+  return min(times), max(times)
+
+
 def _cols(store):
   t = store.read_batches()
   return t.column("group_id").to_pylist(), t.column("replayed").to_pylist()
@@ -87,6 +97,11 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
   assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert p.stdout.count("[sweep] ") == 2  # two starts (2 at once) and a line as each finished:
   assert p.stdout.count(": done in ") == 2 and "train pass last" in p.stdout, p.stdout[-3000:]
+  # --parallel=2: the sweep started both runs before either finished, and the runs' own
+  # records (first to last wall-clock time of events.jsonl and metrics.jsonl) overlap
+  assert p.stdout.rindex("[sweep] ") < p.stdout.index(": done in "), p.stdout[-3000:]
+  spans = [_span(r) for r in runs.values()]
+  assert max(a for a, _ in spans) < min(b for _, b in spans), spans
 
   for run in runs.values():  # trained on the chosen backend's sandboxes
     assert json.loads((run / "experiment.json").read_text())["env"]["backend"] == backend
@@ -107,7 +122,8 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
     assert abs(tb[r["step"], "train/lr"] - r["train/lr"]) <= 1e-6 * abs(r["train/lr"])
 
   # the replay buffer is saved with the host state: exactly the trained groups whose rewards
-  # vary (at this size and training the policy seldom passes, so it is often empty)
+  # vary (at this size and training the policy seldom passes, so it is often empty; the
+  # replayed groups and the buffer's resume are tested in tests/test_replay_buffer.py)
   hosts = sorted((run / "checkpoints").glob("*/host/metadata"))
   assert hosts, list((run / "checkpoints").rglob("*"))[:20]
   host = json.loads(hosts[-1].read_text())

@@ -88,15 +88,24 @@ class Episodes:
     return Outcome(ep, r, passed=r == 1.0)
 
 
-def make(workdir, loop: LoopConfig, seed: int = 0, base_s: float = 0.001):
-  """(policy, buffer, store, manager) wired as rl.runtime.run wires them."""
-  policy = Policy()
+def make(
+  workdir,
+  loop: LoopConfig,
+  seed: int = 0,
+  base_s: float = 0.001,
+  *,
+  policy=None,
+  episodes=None,
+  concurrency: int = 16,
+):
+  """(policy, buffer, store, manager) wired as rl.runtime.run wires them; `episodes` (default
+  Episodes(policy, base_s)) runs each episode."""
+  policy = policy or Policy()
   buf = StalenessBuffer(loop.batch_groups, loop.staleness, loop.token_staleness)
   store = TrajectoryStore(workdir)
-  cfg = RolloutConfig(group_size=2, max_concurrency=16, dynamic_sampling=False, seed=seed)
-  m = RolloutManager(
-    cfg, run_episode=Episodes(policy, base_s), tasks=Tasks(), buffer=buf, store=store
-  )
+  cfg = RolloutConfig(group_size=2, max_concurrency=concurrency, dynamic_sampling=False, seed=seed)
+  run_episode = episodes or Episodes(policy, base_s)
+  m = RolloutManager(cfg, run_episode=run_episode, tasks=Tasks(), buffer=buf, store=store)
   return policy, buf, store, m
 
 

@@ -8,6 +8,8 @@ not. So groups with non-zero advantage surely occur and replay surely happens; w
 rule replays is worked out from the store's own batch records.
 """
 
+import dataclasses
+
 import async_harness as h
 import jax
 
@@ -15,10 +17,8 @@ from envs import agent
 from envs.episodes import Outcome
 from models.config import tiny
 from parallel.mesh import single_device_mesh
-from rl.config import LoopConfig, OptimConfig, RolloutConfig, TrainConfig
-from rl.runtime.buffer import StalenessBuffer
+from rl.config import LoopConfig, OptimConfig, TrainConfig
 from rl.runtime.checkpoint import Checkpointer
-from rl.runtime.rollout import RolloutManager
 from rl.runtime.telemetry import Telemetry
 from rl.runtime.trainer import Trainer
 from rl.runtime.trajectory_store import TrajectoryStore
@@ -81,14 +81,8 @@ def _trainer(workdir, loop: LoopConfig) -> Trainer:
   mesh = single_device_mesh()
   state, shardings = create_train_state(MODEL, TRAIN, mesh, jax.random.key(0))
   gen = Generator()
-  buf = StalenessBuffer(loop.batch_groups, loop.staleness, loop.token_staleness)
-  store = TrajectoryStore(workdir)
-  rollouts = RolloutManager(
-    RolloutConfig(group_size=2, max_concurrency=4, dynamic_sampling=False, seed=loop.seed),
-    run_episode=Episodes(gen),
-    tasks=h.Tasks(),
-    buffer=buf,
-    store=store,
+  _, buf, store, rollouts = h.make(
+    workdir, loop, loop.seed, policy=gen, episodes=Episodes(gen), concurrency=4
   )
   return Trainer(
     cfg=loop,
@@ -183,7 +177,7 @@ def test_replay_buffer_round_trips_through_the_checkpoint_and_resume(tmp_path):
 
   # resumed for 2 more steps: step 5 replays the groups trained before the resume, which only
   # the restored buffer can hold, exactly as the rule says for an uninterrupted run
-  longer = LoopConfig(**{**LOOP.__dict__, "steps": LOOP.steps + 2})
+  longer = dataclasses.replace(LOOP, steps=LOOP.steps + 2)
   _run(tmp_path, longer)
   store = TrajectoryStore(tmp_path)
   batches = _batches(store)

@@ -292,7 +292,28 @@ class SandboxCgroup:
     if self.track is None:
       return False
     leaves = [d for d in _subdirs(self.track) if d.name != spare]
-    return all([kill_tree(d, self.support.track_kind) for d in leaves])
+    ok = all([kill_tree(d, self.support.track_kind) for d in leaves])
+    _wait(self._reaped, 10.0)  # the next exec may need the slots (a full process table)
+    return ok
+
+  def _pids_dir(self) -> pathlib.Path | None:
+    return dict(self.dirs).get("pids") or (self.track if "pids" in self.support.v2_limits else None)
+
+  def _reaped(self) -> bool:
+    """No killed task still holds a pids slot: a task leaves cgroup.procs when it dies, but the
+    pids limit counts it until its parent (the sandbox's pid 1) reaps it."""
+    d = self._pids_dir()
+    if d is None:
+      return True
+    live = 0
+    for sub in [d, *_subdirs(d)]:
+      for name in ("cgroup.threads", "tasks"):  # v2, v1
+        try:
+          live += len((sub / name).read_text().split())
+          break
+        except FileNotFoundError:
+          continue
+    return int((d / "pids.current").read_text()) <= live
 
   def drop_leaf(self, leaf: str) -> None:
     """Recycles an exec's leaf once its processes are all gone (background ones keep it)."""
@@ -319,7 +340,7 @@ class SandboxCgroup:
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(current number of tasks, number of forks refused at the limit), if pids is limited."""
-    d = dict(self.dirs).get("pids") or (self.track if "pids" in self.support.v2_limits else None)
+    d = self._pids_dir()
     if d is None:
       return None
     return int((d / "pids.current").read_text()), self._read_key(d, "pids.events", "max") or 0

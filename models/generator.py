@@ -48,9 +48,11 @@ class Generator(Admission):
   def __init__(
     self, engine: Engine, *, tokenizer=None, prefix_caching: bool = False,
     max_prefill_batch: int = 16, max_prefill_tokens: int = 4096, decode_chunk: int = 8,
-    warmup: bool = True,
+    warmup: bool = True, share_prompts: bool = True,
   ):  # fmt: skip
-    """warmup: compile the full-page decode variants (every long request reaches them) on a
+    """share_prompts: requests admitted together that start with the same full pages of prompt
+    (n samples of one prompt) prefill those pages once and share them; the others prefill only
+    the rest, with the shared pages as context. warmup: compile the full-page decode variants (every long request reaches them) on a
     background thread from the start; a dispatch whose variant is still compiling waits for
     it. Smaller page buckets compile on first use (warming them all cost more than it saved
     on 2 cores)."""
@@ -58,6 +60,8 @@ class Generator(Admission):
     self.max_prefill_batch, self.max_prefill_tokens = max_prefill_batch, max_prefill_tokens
     self.decode_chunk = decode_chunk
     self._jobs: list[Live] = []
+    self.share_prompts = share_prompts
+    self._round_blocks: dict[int, tuple[int, tuple]] = {}  # block key -> (page, block tokens)
     if prefix_caching and engine.window is not None:
       raise ValueError("Generator: prefix_caching cannot be combined with a KV eviction window")
     self.pool = kvc.PagePool(engine.num_pages, engine.page_size, prefix_caching=prefix_caching)

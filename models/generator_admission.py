@@ -1,8 +1,10 @@
 """The generator's admission side: requests, validation, prefix reuse, slots and prefill.
 
 `Admission` is the half of models.generator.Generator that turns pending requests into live
-ones: it plans prefix reuse (a session's pages or the shared-prefix cache), reserves pages for
-prompt + max_new_tokens, takes a slot and prefills the admitted requests batched by bucket.
+ones: it plans prefix reuse (a session's pages, the shared-prefix cache, or the prompt pages
+of a request admitted in the same round: the G samples of one prompt prefill it once),
+reserves pages for prompt + max_new_tokens, takes a slot and prefills the admitted requests
+batched by bucket.
 Its methods run on the generator thread with the generator's lock held.
 """
 
@@ -115,6 +117,11 @@ class Admission:
       pages, c = sess.pages, common_prefix_len(sess.tokens, prompt)
     else:
       pages = self.pool.lookup_prefix(prompt)
+      shared = self._round_pages(prompt)
+      if len(shared) > len(pages):  # a request admitted this round prefills a longer prefix
+        self.pool.release(pages)
+        self.pool.retain(shared)
+        pages = shared
       c = len(pages) * p
     c = min(c, len(prompt) - 1)  # always prefill >= 1 token to get logits
     if c % p and c // p < len(pages) and self.pool.is_shared(pages[c // p]):
@@ -122,6 +129,16 @@ class Admission:
     keep = -(-c // p)
     self.pool.release(pages[keep:])
     return pages[:keep], c, sess
+
+  def _round_pages(self, prompt) -> list[int]:
+    """Pages of the longest run of full prompt blocks that this round's prefills will write."""
+    pages = []
+    for key, _, block in kvc.block_keys(prompt, self.engine.page_size):
+      hit = self._round_blocks.get(key)
+      if hit is None or hit[1] != block:
+        break
+      pages.append(hit[0])
+    return pages
 
   def _admit(self, req, fut) -> bool:
     """Starts a request in a free slot; False (and nothing changed) if pages are short."""
@@ -153,6 +170,11 @@ class Admission:
     self._table[slot] = kvc.NULL_PAGE
     self._table[slot, : len(pages)] = pages
     live = Live(req, fut, slot, pages, need - len(fresh), n, max_new, c)
+    if self.share_prompts and c == 0 and self.engine.window is None:
+      # Its prefill runs before any with context (see _prefill_jobs), so a later request of
+      # this round with the same leading blocks (GRPO's G samples) can read these pages.
+      for i, (key, _, block) in enumerate(kvc.block_keys(req.prompt_tokens, p)):
+        self._round_blocks.setdefault(key, (pages[i], block))
     self._live[slot] = live
     self._counters.update(prefills=1, prefill_tokens=n - c, cached_tokens=c)
     return live
@@ -160,8 +182,9 @@ class Admission:
   def _prefill_jobs(self) -> None:
     """Prefills the requests admitted this iteration, batched by (bucket, has context).
 
-    Requests without cached context go first; prompt blocks enter the shared-prefix cache only
-    after their inserts are dispatched, so nothing reads a page before it is written.
+    Requests without cached context go first (among them the ones whose prompt blocks other
+    requests of this round share); prompt blocks enter the shared-prefix cache only after
+    their inserts are dispatched, so nothing reads a page before it is written.
     """
     eng, groups = self.engine, collections.defaultdict(list)
     for live in self._jobs:
@@ -173,6 +196,7 @@ class Admission:
     for live in self._jobs:
       self.pool.register_prefix(live.req.prompt_tokens, live.pages)
     self._jobs.clear()
+    self._round_blocks.clear()
 
   def _prefill_batch(self, lives, T, has_ctx) -> None:
     eng, S = self.engine, self.engine.max_concurrent_decodes

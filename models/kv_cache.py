@@ -127,6 +127,17 @@ class OutOfPages(RuntimeError):
   """The pool cannot supply the pages asked for."""
 
 
+def block_keys(tokens, page_size: int) -> list[tuple[int, int, tuple]]:
+  """(key, parent key, block tokens) of each full block: a hash chain over the blocks."""
+  parent, out = 0, []
+  for i in range(len(tokens) // page_size):
+    block = tuple(tokens[i * page_size : (i + 1) * page_size])
+    key = hash((parent, block))
+    out.append((key, parent, block))
+    parent = key
+  return out
+
+
 class PagePool:
   """Host-side page allocator with reference counts and an optional shared-prefix cache.
 
@@ -215,13 +226,7 @@ class PagePool:
 
   # -- shared-prefix cache ----------------------------------------------------------------
   def _keys(self, tokens):
-    p, parent, out = self.page_size, 0, []
-    for i in range(len(tokens) // p):
-      block = tuple(tokens[i * p : (i + 1) * p])
-      key = hash((parent, block))
-      out.append((key, parent, block))
-      parent = key
-    return out
+    return block_keys(tokens, self.page_size)
 
   def lookup_prefix(self, tokens) -> list[int]:
     """Pages holding the longest cached run of full blocks of tokens; retains them."""

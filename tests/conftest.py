@@ -40,3 +40,11 @@ def pytest_collection_modifyitems(config, items):
     if item.get_closest_marker("slow"):
       slow.add(item.path)
   items.sort(key=lambda item: (item.path not in slow, -count[item.path], str(item.path)))
+
+
+def pytest_runtest_setup(item):
+  """A test marked `docker` skips without a daemon, and fails under CI=true (CI has one)."""
+  if item.get_closest_marker("docker"):
+    from envs.sandbox.testing import require_docker  # noqa: PLC0415
+
+    require_docker()

@@ -171,6 +171,8 @@ def test_replay_buffer_round_trips_through_the_checkpoint_and_resume(tmp_path):
     r.restore()
     assert r.step == LOOP.steps
     assert [g.to_json() for g in r.replay] == saved
+    r.restore()  # a second restore replaces the buffer rather than adding to it
+    assert [g.to_json() for g in r.replay] == saved
   finally:
     r.ckpt.close()
     r.tel.close(plot=False)

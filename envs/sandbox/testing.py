@@ -35,7 +35,8 @@ def docker_unavailable() -> str | None:
     docker_backend.client()
     return None
   except Exception as e:  # noqa: BLE001
-    return f"no reachable Docker daemon: {e}"
+    # docker_backend's own error already says so; anything else (no `docker` package) not
+    return str(e) if "Docker daemon" in str(e) else f"no reachable Docker daemon: {e}"
 
 
 _BUILD_LOCK = threading.Lock()

@@ -138,6 +138,7 @@ class Trainer:
     ro = host["rollout"]
     reissue = self.rollouts.restore(ro)
     self.buffer.restore(self.step, [Group.from_json(g) for g in ro["buffer"]])
+    self.replay.clear()  # the checkpoint's buffer replaces this one's (restore twice: same)
     self.replay.extend(Group.from_json(g) for g in host.get("replay", []))
     self.store.discard_batches_after(self.step)
     self.tel.event(

@@ -22,8 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import statistics
+import sys
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from anywhere
 
 import jax
 import numpy as np

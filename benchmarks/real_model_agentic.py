@@ -23,9 +23,13 @@ import concurrent.futures
 import dataclasses
 import json
 import os
+import pathlib
 import resource
+import sys
 import time
 import types
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from anywhere
 
 import jax
 import numpy as np

@@ -39,6 +39,7 @@ flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "compute dtype (p
 flags.DEFINE_enum("attention", "chunked", ["chunked", "naive"], "attention implementation")
 flags.DEFINE_enum("remat", "none", ["none", "full", "save_dots"], "rematerialisation")
 flags.DEFINE_integer("micro_batches", 1, "gradient accumulation steps of the GRPO step")
+flags.DEFINE_integer("scan_unroll", 1, "layers per iteration of the layer scan (5: unrolled)")
 flags.DEFINE_bool("entropy", True, "compute the entropy metric in the GRPO step")
 flags.DEFINE_integer("matmul_n", 2048, "size of the square reference matmul")
 FLAGS = flags.FLAGS
@@ -163,7 +164,9 @@ def main(_):
   from rl.train_state import create_train_state
   from rl.train_step import make_train_step
 
-  model_cfg = config.qwen3_20m(dtype=FLAGS.dtype, attention=FLAGS.attention, remat=FLAGS.remat)
+  model_cfg = config.qwen3_20m(
+    dtype=FLAGS.dtype, attention=FLAGS.attention, remat=FLAGS.remat, scan_unroll=FLAGS.scan_unroll
+  )
   cfg = TrainConfig(
     loss=LossConfig(compute_entropy=FLAGS.entropy),
     optim=OptimConfig(lr=1e-5, warmup_steps=10, decay_steps=1000),
@@ -212,7 +215,7 @@ def main(_):
   print(
     f"model: {config.num_params(model_cfg) / 1e6:.1f}M params, batch {B} x {T} tokens, dtype "
     f"{model_cfg.dtype} (fp32 master params), attention {model_cfg.attention}, remat "
-    f"{model_cfg.remat}, micro-batches {cfg.micro_batches}, entropy metric {FLAGS.entropy}"
+    f"{model_cfg.remat}, scan_unroll {model_cfg.scan_unroll}, micro-batches {cfg.micro_batches}, entropy metric {FLAGS.entropy}"
   )
   print("compile (first call, incl. one step): " + ", ".join(
     f"{k} {v:.1f} s" for k, v in compile_s.items()))  # fmt: skip

@@ -74,6 +74,9 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype
   param_dtype: str = "float32"
   remat: str = "none"
+  # Layers per iteration of the training forward's layer scan (>= n_layers: unrolled). More
+  # means fewer per-layer stack copies but compile time growing with depth.
+  scan_unroll: int = 1
   attention: str = "chunked"  # chunked | naive | ring (see ATTENTIONS)
   attn_chunk: int = 128  # query and key chunk of the chunked / ring attention (CPU sweet spot)
 
@@ -87,6 +90,7 @@ class ModelConfig:
       (self.n_heads % self.n_kv_heads == 0, "n_heads must be a multiple of n_kv_heads"),
       (self.head_dim % 2 == 0, "head_dim must be even for RoPE"),
       (self.attn_chunk > 0, "attn_chunk must be positive"),
+      (self.scan_unroll >= 1, "scan_unroll must be >= 1"),
       (not self.is_moe or 0 < self.n_experts_per_tok <= self.n_experts, "bad top-k"),
       (not self.is_moe or self.moe_d_ff > 0, "MoE needs moe_d_ff > 0"),
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 
 from models import transformer as tfm
@@ -77,7 +76,7 @@ def apply(
     return (x_RPD, x_BUD), None
 
   x0 = (tfm.embed(params, head(tokens_BT), cfg), tfm.embed(params, tail(tokens_BT), cfg))
-  (x_RPD, x_BUD), _ = jax.lax.scan(tfm._remat(body, cfg.remat), x0, params["layers"])
+  (x_RPD, x_BUD), _ = tfm.scan_layers(body, x0, params["layers"], cfg)
   x_BTD = jnp.concatenate([rep(x_RPD), x_BUD], axis=1)
   if logit_index_BN is not None:
     x_BTD = jnp.take_along_axis(x_BTD, logit_index_BN[..., None], axis=1)

@@ -188,6 +188,14 @@ def _remat(fn, kind: str):
   return jax.checkpoint(fn, policy=policy, prevent_cse=False)
 
 
+def scan_layers(body, carry, layers, cfg: ModelConfig):
+  """lax.scan of body(carry, layer params) over the stacked layers, with cfg's remat policy
+  and `scan_unroll` layers per loop iteration (n_layers: no loop at all)."""
+  return jax.lax.scan(
+    _remat(body, cfg.remat), carry, layers, unroll=min(cfg.scan_unroll, cfg.n_layers)
+  )
+
+
 def _ring_layout(tokens_BT, positions_BT, segment_ids_BT, n: int, chunk: int):
   """Pads rows for an n-device ring and permutes them into its zig-zag order.
 
@@ -277,7 +285,7 @@ def apply(
 
   stats0 = jnp.zeros((3, cfg.n_experts if cfg.is_moe else 1), jnp.float32)
   x_BTD = embed(params, tokens_BT, cfg)
-  (x_BTD, stats), _ = jax.lax.scan(_remat(body, cfg.remat), (x_BTD, stats0), params["layers"])
+  (x_BTD, stats), _ = scan_layers(body, (x_BTD, stats0), params["layers"], cfg)
   if mesh is not None:
     x_BTD = constrain(zigzag.from_zigzag(x_BTD, n)[:, :T], _ACT_BTD)
   if logit_index_BN is not None:

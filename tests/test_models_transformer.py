@@ -186,6 +186,22 @@ def test_remat_policies_give_equal_gradients():
       np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-7, rtol=1e-5)
 
 
+def test_unrolled_layer_scan_gives_equal_gradients_and_drops_the_loop():
+  cfg = mconfig.tiny("qwen3", n_layers=4)
+  params = transformer.init(cfg, jax.random.PRNGKey(0))
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 17), 0, cfg.vocab_size)
+  grad = jax.jit(jax.grad(_ce_loss), static_argnums=2)
+  want = grad(params, tokens, cfg)
+  for unroll in (2, 4, 9):  # two per iteration, all, more than there are (= all)
+    c = cfg.replace(scan_unroll=unroll)
+    for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(grad(params, tokens, c)), strict=True):
+      np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-7, rtol=1e-5)
+  whiles = lambda c: grad.lower(params, tokens, c).as_text().count("stablehlo.while")
+  assert whiles(cfg) > whiles(cfg.replace(scan_unroll=4)) == whiles(cfg.replace(scan_unroll=9))
+  with pytest.raises(ValueError, match="scan_unroll"):
+    cfg.replace(scan_unroll=0)
+
+
 def test_scan_keeps_program_size_independent_of_depth():
   sizes = []
   for n_layers in (2, 16):

@@ -215,7 +215,8 @@ def main(_):
   print(
     f"model: {config.num_params(model_cfg) / 1e6:.1f}M params, batch {B} x {T} tokens, dtype "
     f"{model_cfg.dtype} (fp32 master params), attention {model_cfg.attention}, remat "
-    f"{model_cfg.remat}, scan_unroll {model_cfg.scan_unroll}, micro-batches {cfg.micro_batches}, entropy metric {FLAGS.entropy}"
+    f"{model_cfg.remat}, scan_unroll {model_cfg.scan_unroll}, micro-batches "
+    f"{cfg.micro_batches}, entropy metric {FLAGS.entropy}"
   )
   print("compile (first call, incl. one step): " + ", ".join(
     f"{k} {v:.1f} s" for k, v in compile_s.items()))  # fmt: skip

@@ -52,7 +52,8 @@ class Generator(Admission):
   ):  # fmt: skip
     """share_prompts: requests admitted together that start with the same full pages of prompt
     (n samples of one prompt) prefill those pages once and share them; the others prefill only
-    the rest, with the shared pages as context. warmup: compile the full-page decode variants (every long request reaches them) on a
+    the rest, with the shared pages as context.
+    warmup: compile the full-page decode variants (every long request reaches them) on a
     background thread from the start; a dispatch whose variant is still compiling waits for
     it. Smaller page buckets compile on first use (warming them all cost more than it saved
     on 2 cores)."""
@@ -61,7 +62,7 @@ class Generator(Admission):
     self.decode_chunk = decode_chunk
     self._jobs: list[Live] = []
     self.share_prompts = share_prompts
-    self._round_blocks: dict[int, tuple[int, tuple]] = {}  # block key -> (page, block tokens)
+    self._round_blocks: dict[int, tuple] = {}  # block key -> (page, parent key, block tokens)
     if prefix_caching and engine.window is not None:
       raise ValueError("Generator: prefix_caching cannot be combined with a KV eviction window")
     self.pool = kvc.PagePool(engine.num_pages, engine.page_size, prefix_caching=prefix_caching)

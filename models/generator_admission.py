@@ -133,9 +133,9 @@ class Admission:
   def _round_pages(self, prompt) -> list[int]:
     """Pages of the longest run of full prompt blocks that this round's prefills will write."""
     pages = []
-    for key, _, block in kvc.block_keys(prompt, self.engine.page_size):
+    for key, parent, block in kvc.block_keys(prompt, self.engine.page_size):
       hit = self._round_blocks.get(key)
-      if hit is None or hit[1] != block:
+      if hit is None or hit[1:] != (parent, block):  # token-exact, as the prefix cache
         break
       pages.append(hit[0])
     return pages
@@ -173,8 +173,8 @@ class Admission:
     if self.share_prompts and c == 0 and self.engine.window is None:
       # Its prefill runs before any with context (see _prefill_jobs), so a later request of
       # this round with the same leading blocks (GRPO's G samples) can read these pages.
-      for i, (key, _, block) in enumerate(kvc.block_keys(req.prompt_tokens, p)):
-        self._round_blocks.setdefault(key, (pages[i], block))
+      for i, (key, parent, block) in enumerate(kvc.block_keys(req.prompt_tokens, p)):
+        self._round_blocks.setdefault(key, (pages[i], parent, block))
     self._live[slot] = live
     self._counters.update(prefills=1, prefill_tokens=n - c, cached_tokens=c)
     return live

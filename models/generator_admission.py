@@ -132,13 +132,14 @@ class Admission:
 
   def _round_pages(self, prompt) -> list[int]:
     """Pages of the longest run of full prompt blocks that this round's prefills will write."""
-    pages = []
-    for key, parent, block in kvc.block_keys(prompt, self.engine.page_size):
+    if not self._round_blocks:
+      return []
+
+    def find(key, parent, block):  # token-exact, as the prefix cache
       hit = self._round_blocks.get(key)
-      if hit is None or hit[1:] != (parent, block):  # token-exact, as the prefix cache
-        break
-      pages.append(hit[0])
-    return pages
+      return hit[0] if hit is not None and hit[1:] == (parent, block) else None
+
+    return kvc.matched_pages(prompt, self.engine.page_size, find)
 
   def _admit(self, req, fut) -> bool:
     """Starts a request in a free slot; False (and nothing changed) if pages are short."""

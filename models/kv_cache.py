@@ -138,6 +138,18 @@ def block_keys(tokens, page_size: int) -> list[tuple[int, int, tuple]]:
   return out
 
 
+def matched_pages(tokens, page_size: int, find) -> list[int]:
+  """Pages of the longest leading run of full blocks of tokens that `find(key, parent, block)`
+  returns a page for (None ends the run)."""
+  pages = []
+  for key, parent, block in block_keys(tokens, page_size):
+    page = find(key, parent, block)
+    if page is None:
+      break
+    pages.append(page)
+  return pages
+
+
 class PagePool:
   """Host-side page allocator with reference counts and an optional shared-prefix cache.
 
@@ -225,19 +237,16 @@ class PagePool:
     return self._refs[page] > 1 or page in self._block_of_page
 
   # -- shared-prefix cache ----------------------------------------------------------------
-  def _keys(self, tokens):
-    return block_keys(tokens, self.page_size)
+  def _cached(self, key, parent, block) -> int | None:
+    """The page caching this block, verified token-exactly, else None."""
+    page = self._page_of_key.get(key)
+    return page if page is not None and self._block_of_page[page] == (key, parent, block) else None
 
   def lookup_prefix(self, tokens) -> list[int]:
     """Pages holding the longest cached run of full blocks of tokens; retains them."""
     if not self.prefix_caching:
       return []
-    pages = []
-    for key, parent, block in self._keys(tokens):
-      page = self._page_of_key.get(key)
-      if page is None or self._block_of_page[page] != (key, parent, block):
-        break
-      pages.append(page)
+    pages = matched_pages(tokens, self.page_size, self._cached)
     self.retain(pages)
     return pages
 
@@ -245,7 +254,7 @@ class PagePool:
     """Records that pages[i] holds block i of tokens (only full blocks are shared)."""
     if not self.prefix_caching:
       return
-    for (key, parent, block), page in zip(self._keys(tokens), pages, strict=False):
+    for (key, parent, block), page in zip(block_keys(tokens, self.page_size), pages, strict=False):
       if key in self._page_of_key or page in self._block_of_page:
         continue
       self._page_of_key[key] = page

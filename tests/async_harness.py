@@ -100,11 +100,11 @@ def make(
 ):
   """(policy, buffer, store, manager) wired as rl.runtime.run wires them; `episodes` (default
   Episodes(policy, base_s)) runs each episode."""
-  policy = policy or Policy()
+  policy = Policy() if policy is None else policy
   buf = StalenessBuffer(loop.batch_groups, loop.staleness, loop.token_staleness)
   store = TrajectoryStore(workdir)
   cfg = RolloutConfig(group_size=2, max_concurrency=concurrency, dynamic_sampling=False, seed=seed)
-  run_episode = episodes or Episodes(policy, base_s)
+  run_episode = Episodes(policy, base_s) if episodes is None else episodes
   m = RolloutManager(cfg, run_episode=run_episode, tasks=Tasks(), buffer=buf, store=store)
   return policy, buf, store, m
 

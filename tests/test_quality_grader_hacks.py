@@ -29,9 +29,7 @@ NAIVE = "/tmp/.agentrl-grader-naive"
 
 
 @pytest.fixture(scope="module", params=testing.backend_params())
-def ts(request, sandbox_image):
-  if request.param == "docker":
-    testing.require_docker()  # skips without a daemon, fails under CI=true
+def ts(request, sandbox_image):  # Docker: checked by conftest (the `docker` mark)
   with open_task_sandbox(PY_TASK, request.param, snapshot=True) as box:
     yield box
 

@@ -235,8 +235,8 @@ def test_a_full_process_table_is_empty_when_the_cleanup_returns(backend, mode):
     assert sb.exec("cat /tmp/after").stdout == "ok"
 
 
+@pytest.mark.docker
 def test_docker_pids_stats_errors_are_sandbox_errors(sandbox_image):
-  testing.require_docker()
   with make("docker") as sb:
     assert sb.pids_stats()[0] >= 1
     sb.exec("printf '#!/bin/sh\\necho not-a-number\\n' > /bin/cat")  # bad stats
@@ -268,6 +268,25 @@ def test_docker_cases_fail_under_ci_without_a_daemon(tmp_path):
         "test_needs_docker.py",
       ],
       cwd=tmp_path,
+      env={**env, "CI": ci},
+      capture_output=True,
+      text=True,
+      timeout=300,
+    )
+    assert outcome in p.stdout and "no reachable Docker daemon" in p.stdout, p.stdout[-2000:]
+    assert ("CI=true but" in p.stdout) == (ci == "true"), p.stdout[-2000:]
+  # A test that only carries the `docker` mark gets the same rule from tests/conftest.py.
+  marked = tmp_path / "marked"
+  marked.mkdir()
+  (marked / "conftest.py").write_text("from tests.conftest import pytest_runtest_setup  # noqa\n")
+  (marked / "test_marked.py").write_text(
+    "import pytest\n\n@pytest.mark.docker\ndef test_it():\n  pass\n"
+  )
+  for ci, outcome in (("true", "1 error"), ("", "1 skipped")):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
+    p = subprocess.run(
+      [*cmd, "test_marked.py"],
+      cwd=marked,
       env={**env, "CI": ci},
       capture_output=True,
       text=True,

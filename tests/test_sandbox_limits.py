@@ -29,9 +29,7 @@ VARIANTS = {
 
 @pytest.fixture(params=testing.backend_params(list(VARIANTS)))
 def limited(request, sandbox_image):
-  name, opts = VARIANTS[request.param]
-  if name == "docker":
-    testing.require_docker()
+  name, opts = VARIANTS[request.param]  # Docker: checked by conftest (the `docker` mark)
   return request.param, lambda **kw: sandbox_lib.make(name, sandbox_lib.SandboxSpec(**kw), **opts)
 
 

@@ -21,6 +21,7 @@ import pytest
 from envs import sandbox as sandbox_lib
 from envs.sandbox import cgroups, common
 from envs.sandbox import image as image_lib
+from envs.sandbox.base import SandboxError
 
 BACKENDS = ("bwrap", "docker")
 MODES = ("container", "readonly")
@@ -34,9 +35,10 @@ def docker_unavailable() -> str | None:
 
     docker_backend.client()
     return None
-  except Exception as e:  # noqa: BLE001
-    # docker_backend's own error already says so; anything else (no `docker` package) not
-    return str(e) if "Docker daemon" in str(e) else f"no reachable Docker daemon: {e}"
+  except SandboxError as e:  # its message names the cause ("no reachable Docker daemon: ...")
+    return str(e)
+  except Exception as e:  # noqa: BLE001 (e.g. no `docker` package)
+    return f"no reachable Docker daemon: {e}"
 
 
 _BUILD_LOCK = threading.Lock()

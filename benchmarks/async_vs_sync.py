@@ -106,7 +106,7 @@ def base_config(args, seed: int = 0):
 def warm_start_checkpoint(args, root: pathlib.Path) -> str:
   """SFT once through rl_run.run (0 RL steps) and save the policy as an HF checkpoint (a
   WORKDIR that has one already re-uses it)."""
-  from models import hf
+  from models.io import hf
 
   if (root / "policy" / "config.json").is_file():
     return str(root / "policy")
@@ -304,8 +304,8 @@ def kv_probe(turns: int = 4, new_tokens: int = 24, episodes: int = 8, step: floa
 
   from models import config as model_config
   from models import transformer as tfm
-  from models.engine import Engine
-  from models.generator import GenerationRequest, Generator
+  from models.inference.engine import Engine
+  from models.inference.generator import GenerationRequest, Generator
   from models.sampling import SamplingParams
   from rl.runtime.weight_sync import ExactSwap
 

@@ -23,8 +23,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 import numpy as np
 from generate import NEW, PROMPT, model  # benchmarks/generate.py (this folder)
 
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 
 

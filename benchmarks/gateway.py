@@ -29,10 +29,10 @@ import openai  # noqa: E402
 from envs.gateway import BackgroundServer, Gateway, make_app  # noqa: E402
 from models import config  # noqa: E402
 from models import transformer as tfm  # noqa: E402
-from models.engine import Engine  # noqa: E402
-from models.generator import GenerationRequest, Generator  # noqa: E402
+from models.inference.engine import Engine  # noqa: E402
+from models.inference.generator import GenerationRequest, Generator  # noqa: E402
+from models.io.tokenizer import ByteTokenizer  # noqa: E402
 from models.sampling import SamplingParams  # noqa: E402
-from models.tokenizer import ByteTokenizer  # noqa: E402
 
 
 def _prompt(i: int, n: int) -> list[int]:

@@ -35,14 +35,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import config, kv_evict  # noqa: E402
+from models import config
 from models import sampling as smp  # noqa: E402
-from models import speculative as spec  # noqa: E402
 from models import transformer as tfm
 from models.attention import attend
-from models.engine import Engine, unstack_layers
-from models.engine import unembed as eng_unembed
-from models.generator import GenerationRequest, Generator
+from models.inference import kv_evict
+from models.inference import speculative as spec
+from models.inference.engine import Engine, unstack_layers
+from models.inference.engine import unembed as eng_unembed
+from models.inference.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 
 PROMPT, NEW = 64, 128

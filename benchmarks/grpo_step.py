@@ -33,8 +33,8 @@ import jax
 import numpy as np
 
 from models import config as mcfg
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 from parallel.mesh import MeshConfig, make_mesh
 from rl import packing

@@ -14,7 +14,7 @@ Every figure is a ratio measured in this run:
   engine/tunix Generator vs Tunix 0.1.7's Sampler (benchmarks/peers/tunix_llama.py in the venv
                setup_tunix.sh makes) on the same HF folder, greedy, same random prompts
 The weights: --model (an HF folder) or, by default, the named checkpoint
-`smollm2-135m-instruct` (models.checkpoints: converted once into $AGENTRL_CACHE/models).
+`smollm2-135m-instruct` (models.io.checkpoints: converted once into $AGENTRL_CACHE/models).
 
   python benchmarks/real_model.py [--quick] [--parts hf,decode,first_token,update,tunix,layout]
 """
@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))  # run from anywhere
 
 
 def model_dir(arg: str | None) -> pathlib.Path:
-  """--model, or the named checkpoint `smollm2-135m-instruct` (converted once, models.checkpoints)."""
-  from models import checkpoints
+  """--model, or the named checkpoint `smollm2-135m-instruct` (converted once, models.io.checkpoints)."""
+  from models.io import checkpoints
 
   return pathlib.Path(arg) if arg else checkpoints.resolve("smollm2-135m-instruct")
 
@@ -77,7 +77,7 @@ def decode_flops_per_token(cfg, ctx: int) -> float:
 
 
 def engine_run(eng, prompts, new, sampled):
-  from models.generator import GenerationRequest, Generator
+  from models.inference.generator import GenerationRequest, Generator
   from models.sampling import SamplingParams
 
   def samp(i):
@@ -114,8 +114,8 @@ def part_hf(args, path, report):
   import torch
   import transformers
 
-  from models import hf
-  from models.engine import Engine
+  from models.inference.engine import Engine
+  from models.io import hf
 
   cfg, params = hf.load(path)
   model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -138,8 +138,8 @@ def part_decode(args, path, report):
   import jax
   import numpy as np
 
-  from models import hf
-  from models.engine import Engine
+  from models.inference.engine import Engine
+  from models.io import hf
 
   cfg, params = hf.load(path)
   S, chunk = args.decode_slots, 8
@@ -175,8 +175,8 @@ def part_tunix(args, path, report):
   """Engine vs Tunix's Sampler (its own venv and Llama3 model) on the same weights, greedy."""
   import numpy as np
 
-  from models import hf
-  from models.engine import Engine
+  from models.inference.engine import Engine
+  from models.io import hf
 
   setup = subprocess.run(["bash", str(ROOT / "benchmarks/peers/setup_tunix.sh")],
                          capture_output=True, text=True)  # fmt: skip
@@ -211,8 +211,9 @@ def part_layout(args, path, report):
   import jax
   import numpy as np
 
-  from models import engine_steps, hf
-  from models.engine import Engine
+  from models.inference import engine_steps
+  from models.inference.engine import Engine
+  from models.io import hf
 
   cfg, params = hf.load(path)
   for S in sorted({1, args.decode_slots}):
@@ -246,9 +247,9 @@ def part_layout(args, path, report):
 def child_first_token(args, path):
   import numpy as np
 
-  from models import hf
-  from models.engine import Engine
-  from models.generator import GenerationRequest, Generator
+  from models.inference.engine import Engine
+  from models.inference.generator import GenerationRequest, Generator
+  from models.io import hf
 
   cfg, params = hf.load(path)
   prompt = np.random.default_rng(2).integers(0, cfg.vocab_size, args.prompt).tolist()
@@ -269,7 +270,7 @@ def child_update(args, path):
   ts = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(ts)  # its make_batch and step_flops (the same FLOP count)
   make_batch, step_flops = ts.make_batch, ts.step_flops
-  from models import hf_config
+  from models.io import hf_config
   from parallel.mesh import MeshConfig, make_mesh
   from rl.config import OptimConfig, TrainConfig
   from rl.train_state import create_train_state

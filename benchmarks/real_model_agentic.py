@@ -76,8 +76,8 @@ def main():
   args = ap.parse_args()
 
   from envs import procedural
-  from envs.agent import AgentConfig
-  from models import hf
+  from envs.agents.agent import AgentConfig
+  from models.io import hf
   from parallel.mesh import MeshConfig, make_mesh
   from rl.batch import build_batch, row_multiple
   from rl.config import EngineConfig, EnvConfig, LossConfig, OptimConfig, TrainConfig

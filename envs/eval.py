@@ -4,14 +4,14 @@
     summary = metrics.aggregate(trials)
 
 A trial opens a fresh sandbox for the task (envs.task_env), records the milestone/constraint
-checks at turn 0, lets the agent act (checks again after every turn, envs.milestones), grades
-the end state with the same `Verifier` as training (envs.verifier) and returns a plain dict
+checks at turn 0, lets the agent act (checks again after every turn, envs.grading.milestones), grades
+the end state with the same `Verifier` as training (envs.grading.verifier) and returns a plain dict
 (the rows of results.json). Agents:
 
-  policy    the model agent loop (envs.agent) over a Generator; one check per model turn
+  policy    the model agent loop (envs.agents.agent) over a Generator; one check per model turn
   oracle    the reference solution, one turn per `solution/steps/NN.sh` if the task has them,
             otherwise `solve.sh` as a single turn
-  scripted  shell commands from a file (envs.scripted_agent formats), one per turn
+  scripted  shell commands from a file (envs.agents.scripted formats), one per turn
   null      does nothing (it must score 0)
 
 An infrastructure failure (sandbox died, engine error) is retried in a new sandbox; if it
@@ -31,10 +31,7 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 
-from envs.milestones import CheckingPolicy, Monitor
-from envs.sandbox.base import SandboxError, SandboxExhaustedError
-from envs.scoring import MASKED_MODES, GradeResult, exhausted_result, masked_result
-from envs.scripted_agent import (
+from envs.agents.scripted import (
   OUT_CHARS,
   AgentRun,
   NullAgent,
@@ -42,9 +39,12 @@ from envs.scripted_agent import (
   ScriptedAgent,
   load_commands,
 )
+from envs.grading.milestones import CheckingPolicy, Monitor
+from envs.grading.scoring import MASKED_MODES, GradeResult, exhausted_result, masked_result
+from envs.grading.verifier import Verifier, VerifierConfig
+from envs.sandbox.base import SandboxError, SandboxExhaustedError
 from envs.task import Task
 from envs.task_env import TaskSetupError, open_task_sandbox
-from envs.verifier import Verifier, VerifierConfig
 
 AGENTS = ("policy", "oracle", "null", "scripted")
 _POLICY_TURN_KEYS = ("action", "tool", "command", "error", "exit_code", "gen_tokens")
@@ -73,7 +73,7 @@ class EvalConfig:
 
 
 class PolicyAgent:
-  """The model agent loop (envs.agent.run_episode) over a shared Generator-like policy."""
+  """The model agent loop (envs.agents.agent.run_episode) over a shared Generator-like policy."""
 
   name = "policy"
 
@@ -82,7 +82,7 @@ class PolicyAgent:
   ):
     """record: keep the segments (tokens, mask, behaviour log-probs) of the first `record`
     finished episodes in `self.segments` (rl.runtime.mismatch scores them)."""
-    from envs import agent as agent_lib  # jax-backed; imported only when a model is evaluated
+    from envs.agents import agent as agent_lib  # jax-backed: only to evaluate a model
 
     self.policy = policy
     self.record, self.segments, self._lock = record, [], threading.Lock()
@@ -91,7 +91,7 @@ class PolicyAgent:
     self.fmt = agent_lib.make_format(self.agent_cfg.protocol, tokenizer, system_prompt)
 
   def run(self, sb, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
-    from envs import agent as agent_lib
+    from envs.agents import agent as agent_lib
 
     policy = self.policy
     if on_turn is not None:  # request n+1 means turn n has acted
@@ -296,7 +296,7 @@ def evaluate(
 
 def resolve_tasks(spec: str) -> list[Task]:
   """Tasks from a comma-separated list of folders, built-in suite names, or `builtin`."""
-  from envs.loading import builtin_tasks, load_tasks
+  from envs.formats.loading import builtin_tasks, load_tasks
   from envs.task import BUILTIN_DIR
 
   out: list[Task] = []

@@ -10,7 +10,7 @@ rates and counted on their own, split by cause: `task_error` (a task that did no
 infrastructure errors). `pass@1_all` counts every task error as a failure, so a suite where
 3 of 8 tasks could not run does not read as if those 3 were not there.
 
-Long-horizon metrics (tasks with milestones / constraints, see envs.milestones):
+Long-horizon metrics (tasks with milestones / constraints, see envs.grading.milestones):
   step_success      mean over trials of (milestones reached at some turn) / (milestones declared)
   completion        passed AND every milestone reached AND no constraint ever violated
   forgetting        share of trials (of tasks with constraints) that violated one at any turn

@@ -13,7 +13,7 @@
 A `Task` holds the file contents in memory (tasks are small), so loaded, translated
 (Terminal-Bench, Harbor) and procedurally generated tasks are the same object.
 Bad input raises `TaskFormatError` naming the file and the field. This module is a leaf:
-format detection and the loaders of whole folders live in envs/loading.py.
+format detection and the loaders of whole folders live in envs/formats/loading.py.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import tempfile
 import uuid
 
 from envs import sandbox as sandbox_lib
+from envs.grading.workspace import manifest_cmd
 from envs.sandbox.base import Sandbox, SandboxError, SandboxSpec, passwd_entry
 from envs.task import FileEntry, Task
-from envs.workspace import manifest_cmd
 
 SETUP_DIR = "/tmp/.agentrl-setup"
 SETUP_FAILED_RC = 97  # set by translated Dockerfile steps that cannot be replayed
@@ -176,7 +176,7 @@ def run_setup(sb: Sandbox, task: Task) -> None:
 def switch_user(sb: Sandbox, task: Task) -> None:
   """The Dockerfile's USER, as Docker has it: set-up ran as root, the agent and the tests run
   as USER (container mode; the read-only mode has its own user)."""
-  if not task.user or sb.spec.mode != "container":  # "": root (envs.dockerfile.translate)
+  if not task.user or sb.spec.mode != "container":  # "": root (envs.formats.dockerfile.translate)
     return
   try:
     sb.run_as(task.user)

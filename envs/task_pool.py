@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from envs.quality import Quarantine
+from envs.grading.quality import Quarantine
 from envs.task import Task
 
 _PRIOR_PASS = {1: 0.9, 2: 0.7, 3: 0.5, 4: 0.3, 5: 0.1}

@@ -7,10 +7,10 @@ import jax
 
 from models import transformer
 from models.config import tiny
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
+from models.io.tokenizer import ByteTokenizer
 from models.sampling import SamplingParams
-from models.tokenizer import ByteTokenizer
 
 
 def main() -> list:

@@ -18,16 +18,16 @@ import sys
 
 import jax
 
-from envs.agent import ScriptedPolicy
+from envs.agents.agent import ScriptedPolicy
 from envs.gateway import BackgroundServer, Gateway, make_app
 from envs.harness import ExternalEpisodes
 from envs.harness.mini_swe import SUBMIT, run_mini_swe_agent
 from envs.task import BUILTIN_DIR, load_task
 from models import transformer
 from models.config import tiny
-from models.engine import Engine
-from models.generator import Generator
-from models.tokenizer import ByteTokenizer
+from models.inference.engine import Engine
+from models.inference.generator import Generator
+from models.io.tokenizer import ByteTokenizer
 
 
 def tiny_generator(tok) -> Generator:

@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import hf, transformer
+from models import transformer
 from models.config import tiny
-from models.tokenizer import ByteTokenizer
+from models.io import hf
+from models.io.tokenizer import ByteTokenizer
 
 
 def main(path: str | None = None) -> np.ndarray:

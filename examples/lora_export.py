@@ -15,8 +15,9 @@ import tempfile
 import jax
 import numpy as np
 
-from models import hf, lora, peft_io
+from models import lora
 from models.config import tiny
+from models.io import hf, peft_io
 from parallel.mesh import single_device_mesh
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.packing import pack

@@ -53,10 +53,10 @@ def run(base_url: str, runner, instruction: str, *, model: str = "agentrl", max_
 
 
 def main() -> None:
+  from envs.grading.verifier import Verifier
   from envs.harness import SandboxRunner
   from envs.task import BUILTIN_DIR, load_task
   from envs.task_env import open_task_sandbox
-  from envs.verifier import Verifier
 
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--base_url", default="http://127.0.0.1:8000/v1")

@@ -2,7 +2,7 @@
 
   python examples/task_pool.py
 
-The reward auditor of the README's snippet needs graded episodes (envs.quality, run by the
+The reward auditor of the README's snippet needs graded episodes (envs.grading.quality, run by the
 training loop); here the pass/fail outcomes are made up to show the pool's bookkeeping.
 """
 
@@ -10,7 +10,7 @@ import collections
 import json
 import tempfile
 
-from envs.loading import load_tasks
+from envs.formats.loading import load_tasks
 from envs.task_pool import PoolConfig, TaskPool, write_decontamination_report
 
 

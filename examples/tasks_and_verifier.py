@@ -6,10 +6,10 @@ python examples/tasks_and_verifier.py [bwrap|docker]
 import sys
 
 from envs import procedural
-from envs.loading import load_tasks
-from envs.scripted_agent import NullAgent, OracleAgent
+from envs.agents.scripted import NullAgent, OracleAgent
+from envs.formats.loading import load_tasks
+from envs.grading.verifier import Verifier, VerifierConfig
 from envs.task_env import open_task_sandbox
-from envs.verifier import Verifier, VerifierConfig
 
 
 def grade(task, agent, backend: str):

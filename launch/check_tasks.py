@@ -22,10 +22,10 @@ import time
 from absl import app, flags
 
 from envs import procedural
-from envs.hacks import HACKS_BY_NAME
-from envs.loading import LoadError, load_suite
-from envs.quality import GateConfig, Quarantine, TaskGateReport, check_tasks
-from envs.verifier import VerifierConfig
+from envs.formats.loading import LoadError, load_suite
+from envs.grading.hacks import HACKS_BY_NAME
+from envs.grading.quality import GateConfig, Quarantine, TaskGateReport, check_tasks
+from envs.grading.verifier import VerifierConfig
 from launch.cli import LaunchError
 
 FLAGS = flags.FLAGS

@@ -34,7 +34,7 @@ class LaunchError(ValueError):
 def _known() -> tuple[type[BaseException], ...]:
   from envs.sandbox.base import SandboxError
   from envs.task import TaskFormatError
-  from models.hf_config import CheckpointError
+  from models.io.hf_config import CheckpointError
 
   return (
     app.UsageError,

@@ -97,7 +97,7 @@ def _select():
   import fnmatch
 
   from envs import eval as ev
-  from envs import loading
+  from envs.formats import loading
 
   try:
     tasks, errors = loading.resolve(_TASKS.value or "", _FILTER.value)
@@ -129,7 +129,7 @@ def _agent():
     return ev.make_agent(_AGENT.value, script=_SCRIPT.value), lambda: None
   if not _CHECKPOINT.value:
     raise app.UsageError("--agent=policy needs --checkpoint")
-  from envs.agent import AgentConfig  # imports jax: only for the policy
+  from envs.agents.agent import AgentConfig  # imports jax: only for the policy
   from rl.config import EngineConfig
   from rl.runtime import replica
 
@@ -158,7 +158,7 @@ def main(argv):
     raise app.UsageError("--tasks (or --procedural) and --out are required")
   from envs import eval as ev
   from envs import flywheel, report
-  from envs.verifier import VerifierConfig
+  from envs.grading.verifier import VerifierConfig
 
   tasks, load_errors = _select()
   cfg = ev.EvalConfig(

@@ -6,7 +6,7 @@ Writes config.json, model.safetensors and the run's tokenizer (tokenizer.json an
 or, for the byte tokenizer, only chat_template.jinja: readers fall back to the byte tokenizer
 when a folder has no tokenizer.json). A LoRA run exports its merged weights (W + scale * A @ B),
 or with --adapters the adapters alone in PEFT's layout. `best` is the kept checkpoint with the highest held-out
-eval pass rate. The folder loads with models.hf.load and `transformers`; launch.eval,
+eval pass rate. The folder loads with models.io.hf.load and `transformers`; launch.eval,
 launch.generate_demo and launch.serve also take the workdir itself.
 """
 

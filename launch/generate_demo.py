@@ -1,7 +1,7 @@
 """Load a checkpoint folder and greedily generate a few tokens (the project's smoke demo).
 
 Without --checkpoint it builds a tiny random Qwen3-shaped model, writes it as a Hugging
-Face folder with `models.hf.save`, loads it back with `models.hf.load` (checking the round
+Face folder with `models.io.hf.save`, loads it back with `models.io.hf.load` (checking the round
 trip is exact) and generates from it with the byte tokenizer. With --checkpoint it loads
 a local HF folder (config.json, safetensors, tokenizer.json) instead.
 
@@ -9,7 +9,7 @@ a local HF folder (config.json, safetensors, tokenizer.json) instead.
   python -m launch.generate_demo --checkpoint=/path/to/Qwen3-0.6B --chat --prompt="Hi!"
 
 Generation recomputes the full (padded) sequence each step: simple and obviously right;
-the KV-cache engine lives in models/engine.py.
+the KV-cache engine lives in models/inference/engine.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl import flags, logging
 
-from models import config, hf, transformer
-from models.tokenizer import ByteTokenizer
+from models import config, transformer
+from models.io import hf
+from models.io.tokenizer import ByteTokenizer
 from rl.runtime.export import resolve_checkpoint
 
 flags.DEFINE_string(

@@ -44,8 +44,8 @@ def define_flags() -> None:
 
 
 def _tokenizer(path: pathlib.Path, kind: str, vocab_size: int):
-  from models import hf
-  from models.tokenizer import ByteTokenizer
+  from models.io import hf
+  from models.io.tokenizer import ByteTokenizer
 
   if kind == "hf" or (kind == "auto" and (path / "tokenizer.json").is_file()):
     return hf.load_tokenizer(path)
@@ -62,8 +62,8 @@ def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len
   """Loads the checkpoint and starts JetStream's gRPC server on 127.0.0.1:port; returns it."""
   import grpc
 
-  from models import hf
-  from models.jetstream_adapter import import_jetstream, make_engine
+  from models.inference.jetstream_adapter import import_jetstream, make_engine
+  from models.io import hf
   from rl.config import EngineConfig
   from rl.runtime import export, replica
 
@@ -97,8 +97,8 @@ def build_gateway(checkpoint, *, max_concurrent_decodes=8, max_seq_len=0, page_s
                   tokenizer="auto", model_name="", max_tokens=256):  # fmt: skip
   """(Gateway, Generator) for a checkpoint: one engine thread shared by every client."""
   from envs.gateway import Gateway
-  from models import hf
-  from models.generator import Generator
+  from models.inference.generator import Generator
+  from models.io import hf
   from rl.config import EngineConfig
   from rl.runtime import export, replica
 

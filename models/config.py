@@ -1,6 +1,6 @@
 """Model configuration: frozen, hashable dataclasses (usable as static jit arguments).
 
-Field names follow the usual decoder-only vocabulary; `models.hf` maps Hugging Face
+Field names follow the usual decoder-only vocabulary; `models.io.hf` maps Hugging Face
 config.json fields onto them. Presets at the bottom give tiny test models and the ~20M
 parameter Qwen3-shaped model used by the benchmark and the demos.
 """

@@ -12,8 +12,8 @@ import dataclasses
 import types
 import typing
 
-from envs.agent import AgentConfig
-from envs.tool_format import DEFAULT_SYSTEM_PROMPT
+from envs.agents.agent import AgentConfig
+from envs.agents.tool_format import DEFAULT_SYSTEM_PROMPT
 from models.config import ModelConfig
 from models.lora import LoraConfig
 from parallel.mesh import MeshConfig

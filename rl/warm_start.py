@@ -1,7 +1,7 @@
 """The SFT warm start: verified demonstrations, supervised steps, and RL's initial state.
 
 Warm start (`sft.steps > 0`): demonstrations are the tasks' reference actions replayed by
-`envs.agent.ScriptedPolicy` through the real agent loop in real sandboxes and kept only if the
+`envs.agents.agent.ScriptedPolicy` through the real agent loop in real sandboxes and kept only if the
 verifier passes them; SFT reuses the jitted GRPO step with advantage 1 and no behaviour
 logprobs (on-policy, ratio 1), whose gradient is exactly the token-mean cross-entropy's.
 `rl_state` then starts RL from the warm start's params (and, with `sft.carry_moments`, its
@@ -17,9 +17,9 @@ import jax
 import numpy as np
 import optax
 
-from envs import markdown_bash
-from envs.agent import ScriptedPolicy
-from envs.tool_format import format_tool_call, parse_tool_call
+from envs.agents import markdown_bash
+from envs.agents.agent import ScriptedPolicy
+from envs.agents.tool_format import format_tool_call, parse_tool_call
 from rl.batch import row_multiple, sft_batch
 from rl.config import Experiment, LossConfig, OptimConfig, TrainConfig
 from rl.train_state import create_train_state

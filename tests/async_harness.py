@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from envs import agent  # noqa: E402
+from envs.agents import agent
 from envs.episodes import Outcome  # noqa: E402
 from envs.task import Task, TestSpec  # noqa: E402
 from rl.config import LoopConfig, RolloutConfig  # noqa: E402

@@ -8,8 +8,8 @@ for Q4_K and Q6_K, which it cannot, the blocks themselves are random with small 
 
 import numpy as np
 
-from models import gguf as mgguf
-from models.hf_tensors import tensor_specs, to_hf
+from models.io import gguf as mgguf
+from models.io.hf_tensors import tensor_specs, to_hf
 
 # Bytes per 256-weight block and where each block's f16 scales sit (offset, low, high).
 _RANDOM_BLOCKS = {"Q4_K": (144, [(0, 2e-4, 4e-4), (2, 2e-4, 4e-4)]), "Q6_K": (210, [(208, 1e-4, 2e-4)])}  # fmt: skip

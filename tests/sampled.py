@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from models.generator import GenerationRequest, Generator
+from models.inference.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 
 

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-from envs import agent, tool_format
 from envs import sandbox as sandbox_lib
+from envs.agents import agent, tool_format
 from envs.sandbox import testing as sandbox_testing
 from envs.sandbox.base import SandboxSpec
-from models.tokenizer import ByteTokenizer
+from models.io.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
 CALL = tool_format.format_tool_call
@@ -144,8 +144,8 @@ def test_engine_tokens_and_logprobs_match_the_trainers_forward(box):
   stored trajectory equal the engine's behaviour log-probs (no engine/trainer mismatch)."""
   from models import config as mcfg
   from models import transformer
-  from models.engine import Engine
-  from models.generator import Generator
+  from models.inference.engine import Engine
+  from models.inference.generator import Generator
   from rl.train_step import compute_logprobs
 
   cfg = mcfg.tiny("qwen3", vocab_size=TOK.vocab_size, max_seq_len=512)

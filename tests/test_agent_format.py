@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from envs import tool_format
-from models.tokenizer import ByteTokenizer
+from envs.agents import tool_format
+from models.io.tokenizer import ByteTokenizer
 
 
 @pytest.mark.parametrize(

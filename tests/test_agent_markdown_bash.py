@@ -4,12 +4,12 @@ masked), format errors become observations, the sentinel runs its block then fin
 
 import pytest
 
-from envs import agent
-from envs import markdown_bash as mb
 from envs import sandbox as sandbox_lib
+from envs.agents import agent
+from envs.agents import markdown_bash as mb
 from envs.sandbox.base import SandboxSpec
-from models import hf
-from models.tokenizer import ByteTokenizer
+from models.io import hf
+from models.io.tokenizer import ByteTokenizer
 from rl.config import from_config
 
 ACTIONS = [

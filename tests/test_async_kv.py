@@ -12,8 +12,8 @@ import pytest
 
 from models import config
 from models import transformer as tfm
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 from rl.config import EngineConfig
 from rl.runtime.weight_sync import ExactSwap

@@ -78,9 +78,9 @@ def test_bad_specs_name_the_cause(tmp_path, spec, match):
 
 
 def test_system_prompt_names_a_versioned_file():
-  from envs import agent
-  from envs import markdown_bash as mb
-  from models.tokenizer import ByteTokenizer
+  from envs.agents import agent
+  from envs.agents import markdown_bash as mb
+  from models.io.tokenizer import ByteTokenizer
 
   few = agent.make_format("markdown_bash", ByteTokenizer(), "markdown_bash_v2").system_prompt
   assert few == mb.load_system_prompt(2) != mb.load_system_prompt(1)

@@ -4,10 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import config, kv_evict, quant
+from models import config, quant
 from models import transformer as tfm
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference import kv_evict
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
 from models.layers import dense
 from models.sampling import SamplingParams
 

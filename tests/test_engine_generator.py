@@ -10,10 +10,10 @@ import pytest
 
 from models import config
 from models import transformer as tfm
-from models.engine import TRACES, Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import TRACES, Engine
+from models.inference.generator import GenerationRequest, Generator
+from models.io.tokenizer import ByteTokenizer
 from models.sampling import SamplingParams
-from models.tokenizer import ByteTokenizer
 
 MAX_LEN = 128
 GREEDY = SamplingParams(greedy=True)

@@ -24,8 +24,9 @@ def test_serve_checkpoint_and_decode_over_grpc(tmp_path):
   import grpc
 
   from launch.serve import start_server
-  from models import config, hf
+  from models import config
   from models import transformer as tfm
+  from models.io import hf
 
   cfg = config.tiny("qwen3", vocab_size=260, max_seq_len=64)
   params = tfm.init(cfg, jax.random.PRNGKey(0))

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import kv_cache as kvc
+from models.inference import kv_cache as kvc
 
 
 def test_write_gather_roundtrip_matches_numpy():

@@ -1,7 +1,7 @@
 """The engine on the real SmolLM2-135M-Instruct: greedy decoding equals transformers' greedy.
 
 Both sides load the named checkpoint's fp32 HF folder (`smollm2-135m-instruct`, converted once
-into $AGENTRL_CACHE/models by models.checkpoints and shared with test_models_smollm2), so no
+into $AGENTRL_CACHE/models by models.io.checkpoints and shared with test_models_smollm2), so no
 GGUF dequantisation or export runs here. The engine compiles one variant of each step (batch 1,
 one prompt bucket, all pages): at 30 layers the compiles are most of this test's time.
 Skipped when the package is missing, unless $CI is set.
@@ -14,8 +14,8 @@ import os
 import numpy as np
 import pytest
 
-from models import checkpoints
-from models.hf_config import CheckpointError
+from models.io import checkpoints
+from models.io.hf_config import CheckpointError
 
 NAME = "smollm2-135m-instruct"
 NEW = 64
@@ -35,8 +35,8 @@ def test_greedy_equals_transformers_for_64_tokens(folder):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
 
-  from models import hf
-  from models.engine import Engine
+  from models.inference.engine import Engine
+  from models.io import hf
 
   tok = hf.load_tokenizer(folder)
   prompt = tok.encode(

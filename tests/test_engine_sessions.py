@@ -5,7 +5,7 @@ Regression for a race found by the eval's mismatch probe on the real model: on t
 backend JAX reads a NumPy array handed to it asynchronously, and the generator mutates its
 host page table in place, so a dispatched step could see a later table and write K/V into a
 page another session had just been given (the next turn then disagreed with the trainer by up
-to 14 nats). models.engine.to_device hands JAX a private copy.
+to 14 nats). models.inference.engine.to_device hands JAX a private copy.
 """
 
 import concurrent.futures
@@ -16,8 +16,8 @@ import numpy as np
 
 from models import config
 from models import transformer as tfm
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
 from models.sampling import SamplingParams
 
 MAX_LEN, SLOTS, TEMP = 256, 8, 0.7

@@ -9,8 +9,8 @@ import numpy as np
 
 from models import config
 from models import sampling as smp
-from models import speculative as spec
 from models import transformer as tfm
+from models.inference import speculative as spec
 
 
 def _scaled(cfg, seed, s_embed, s_layers):

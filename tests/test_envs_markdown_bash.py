@@ -1,10 +1,10 @@
-"""envs.markdown_bash: parsing, observations, the prompt file, and token-exact episodes on the
+"""envs.agents.markdown_bash: parsing, observations, the prompt file, and token-exact episodes on the
 real SmolLM2 tokenizer (named checkpoint, converted once into the cache)."""
 
 import pytest
 
-from envs import markdown_bash as mb
-from models import hf
+from envs.agents import markdown_bash as mb
+from models.io import hf
 
 NAME = "smollm2-135m-instruct"
 

@@ -12,7 +12,7 @@ from task_files import write
 
 from envs import eval as ev
 from envs import flywheel
-from envs.loading import load_any, load_tasks
+from envs.formats.loading import load_any, load_tasks
 
 TB = {
   "task.yaml": """

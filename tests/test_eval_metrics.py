@@ -1,4 +1,4 @@
-"""envs.metrics and the pure parts of envs.milestones: pass@k against a hand-computed case and
+"""envs.metrics and the pure parts of envs.grading.milestones: pass@k against a hand-computed case and
 a naive enumeration, aggregation per domain / difficulty, and episode summaries."""
 
 import itertools
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from envs import metrics
-from envs import milestones as ml
+from envs.grading import milestones as ml
 from envs.task import Constraint, Milestone, Task, TestSpec
 
 

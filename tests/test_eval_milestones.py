@@ -6,12 +6,12 @@ import pytest
 
 from envs import eval as ev
 from envs import metrics
-from envs.agent import AgentConfig, ScriptedPolicy
+from envs.agents.agent import AgentConfig, ScriptedPolicy
+from envs.agents.scripted import ScriptedAgent
+from envs.agents.tool_format import format_tool_call
 from envs.sandbox.base import SandboxError
-from envs.scripted_agent import ScriptedAgent
 from envs.task import Constraint, FileEntry, Milestone, Task, TestSpec
-from envs.tool_format import format_tool_call
-from models.tokenizer import ByteTokenizer
+from models.io.tokenizer import ByteTokenizer
 
 TEST = b"""
 import os, pathlib

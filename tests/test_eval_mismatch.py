@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import sampled
 
-from envs.agent import Segment
+from envs.agents.agent import Segment
 from models import transformer
 from models.config import tiny
 from models.sampling import SamplingParams

@@ -1,5 +1,5 @@
 """The policy agent through `launch.eval` and the library: a tiny random checkpoint saved with
-models.hf and the byte tokenizer scores 0, and the same seed, checkpoint and tasks give the same
+models.io.hf and the byte tokenizer scores 0, and the same seed, checkpoint and tasks give the same
 trajectories and scores under greedy decoding (one run in a subprocess, one in process)."""
 
 import json
@@ -9,9 +9,10 @@ import sys
 import jax
 
 from envs import eval as ev
-from envs.agent import AgentConfig
-from models import config, hf
+from envs.agents.agent import AgentConfig
+from models import config
 from models import transformer as tfm
+from models.io import hf
 from rl.runtime import replica
 
 AGENT = dict(max_turns=3, max_new_tokens=24, max_episode_tokens=72, max_context_tokens=1024)

@@ -11,8 +11,8 @@ import pytest
 
 from envs import eval as ev
 from envs import flywheel, metrics, report
-from envs.loading import builtin_tasks, load_tasks
-from envs.scripted_agent import solution_steps
+from envs.agents.scripted import solution_steps
+from envs.formats.loading import builtin_tasks, load_tasks
 from envs.task import BUILTIN_DIR, load_task
 
 LH = load_tasks(BUILTIN_DIR / "long_horizon")

@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from models import config, hf, transformer
+from models import config, transformer
+from models.io import hf
 from rl.config import Experiment, TrainConfig
 from rl.runtime import export
 from rl.runtime.checkpoint import Checkpointer

@@ -10,14 +10,15 @@ import jax
 import openai
 import pytest
 
-from envs import agent, procedural
+from envs import procedural
+from envs.agents import agent
 from envs.gateway import BackgroundServer, Gateway, make_app
 from models import config as mcfg
 from models import transformer
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
+from models.io.tokenizer import train_bpe
 from models.sampling import SamplingParams
-from models.tokenizer import train_bpe
 
 USER = [{"role": "user", "content": "Create a file named a.txt"}]
 

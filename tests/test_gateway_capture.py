@@ -12,10 +12,10 @@ from envs.gateway import BackgroundServer, Gateway, make_app
 from envs.gateway.capture import Call, assemble
 from models import config as mcfg
 from models import transformer
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
+from models.io.tokenizer import ByteTokenizer
 from models.sampling import SamplingParams
-from models.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
 SYSTEM = {"role": "system", "content": "You are terse."}

@@ -6,14 +6,9 @@ import jax
 import numpy as np
 import openai
 
-from envs import agent
 from envs import sandbox as sandbox_lib
-from envs.episodes import Outcome
-from envs.gateway import BackgroundServer, Gateway, make_app
-from envs.harness import ExternalOutcome
-from envs.sandbox.base import SandboxSpec
-from envs.task import BUILTIN_DIR, load_task
-from envs.tool_format import (
+from envs.agents import agent
+from envs.agents.tool_format import (
   DEFAULT_SYSTEM_PROMPT,
   TOOL_CALL_CLOSE,
   ChatFormat,
@@ -23,8 +18,13 @@ from envs.tool_format import (
   parse_tool_call,
   truncate_middle,
 )  # fmt: skip
+from envs.episodes import Outcome
+from envs.gateway import BackgroundServer, Gateway, make_app
+from envs.harness import ExternalOutcome
+from envs.sandbox.base import SandboxSpec
+from envs.task import BUILTIN_DIR, load_task
 from models.config import tiny
-from models.tokenizer import ByteTokenizer
+from models.io.tokenizer import ByteTokenizer
 from parallel.mesh import single_device_mesh
 from rl.batch import build_batch
 from rl.config import LossConfig, OptimConfig, TrainConfig

@@ -5,11 +5,11 @@ policy behind the HTTP API; crashing and overrunning harnesses are infrastructur
 import json
 import threading
 
-from envs import agent
+from envs.agents import agent
 from envs.gateway import BackgroundServer, Gateway, make_app
 from envs.harness import ExternalEpisodes
 from envs.task import BUILTIN_DIR, load_task
-from models.tokenizer import ByteTokenizer
+from models.io.tokenizer import ByteTokenizer
 
 TASK = load_task(BUILTIN_DIR / "core" / "fo-mkdir-tree", "core")
 TOK = ByteTokenizer()

@@ -7,12 +7,12 @@ import dataclasses
 import jax
 import pytest
 
-from envs.agent import AgentConfig
+from envs.agents.agent import AgentConfig
 from envs.episodes import Outcome
 from envs.task import BUILTIN_DIR, load_task
 from models import config as mcfg
 from models import transformer
-from models.tokenizer import ByteTokenizer
+from models.io.tokenizer import ByteTokenizer
 from rl.config import EngineConfig
 from rl.runtime.replica import Replica
 

@@ -11,8 +11,9 @@ import jax
 import openai
 from procs import with_parent
 
-from models import config, hf
+from models import config
 from models import transformer as tfm
+from models.io import hf
 
 
 def _free_port():

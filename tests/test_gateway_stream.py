@@ -16,9 +16,9 @@ from envs.gateway import BackgroundServer, Gateway, make_app
 from envs.gateway.streaming import TokenStream
 from models import config as mcfg
 from models import transformer
-from models.engine import Engine
-from models.generator import Generator
-from models.tokenizer import train_bpe
+from models.inference.engine import Engine
+from models.inference.generator import Generator
+from models.io.tokenizer import train_bpe
 
 USER = [{"role": "user", "content": "Create a file named a.txt"}]
 DEADLINE_S = 120

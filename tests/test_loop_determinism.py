@@ -6,7 +6,7 @@ import random
 import threading
 import time
 
-from envs import agent
+from envs.agents import agent
 from envs.episodes import Outcome
 from envs.task import Task, TestSpec
 from rl.config import RolloutConfig

@@ -7,14 +7,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from envs import agent, procedural, tool_format
+from envs import procedural
+from envs.agents import agent, tool_format
 from envs.episodes import SandboxEpisodes
 from models import transformer
 from models.config import tiny
-from models.engine import Engine
-from models.generator import GenerationRequest, Generator
+from models.inference.engine import Engine
+from models.inference.generator import GenerationRequest, Generator
+from models.io.tokenizer import ByteTokenizer
 from models.sampling import SamplingParams
-from models.tokenizer import ByteTokenizer
 from parallel.mesh import single_device_mesh
 from rl.config import LossConfig, OptimConfig, RolloutConfig, TrainConfig
 from rl.packing import pack

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from configs import toy
-from models import hf, peft_io
+from models.io import hf, peft_io
 from rl import config as rl_config
 from rl.runtime import export
 from rl.runtime import run as rl_run

@@ -4,7 +4,7 @@ masking, priorities, in-flight accounting and re-use of stored groups."""
 
 import threading
 
-from envs import agent
+from envs.agents import agent
 from envs.episodes import Outcome
 from envs.task import Task, TestSpec
 from rl.config import RolloutConfig

@@ -1,4 +1,4 @@
-"""models.gguf: tiny GGUF files of every supported type, bad files, and the real SmolLM2 file.
+"""models.io.gguf: tiny GGUF files of every supported type, bad files, and the real SmolLM2 file.
 
 Parity is against transformers' own GGUF loading (its dequantisation and q/k un-permutation
 are an independent implementation); F32 files are also checked to give back exactly the
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from models import config as mconfig
-from models import gguf as mgguf
-from models import hf, transformer
+from models import transformer
+from models.io import gguf as mgguf
+from models.io import hf
 
 _TYPES = mgguf.SUPPORTED_TYPES
 

@@ -1,4 +1,4 @@
-"""models.hf against `transformers`: logits parity, exported folders, tokenizer (needs torch).
+"""models.io.hf against `transformers`: logits parity, exported folders, tokenizer (needs torch).
 
 Round trips and bad checkpoints, which need neither, are in test_models_hf_io.py.
 """
@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from models import config as mconfig  # noqa: E402
-from models import hf, transformer  # noqa: E402
+from models import transformer  # noqa: E402
+from models.io import hf  # noqa: E402
 
 _COMMON = dict(
   vocab_size=96,

@@ -1,4 +1,4 @@
-"""models.hf without torch or transformers: save/load round trips and bad checkpoints."""
+"""models.io.hf without torch or transformers: save/load round trips and bad checkpoints."""
 
 import json
 
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from models import config as mconfig
-from models import hf, transformer
+from models import transformer
+from models.io import hf
 
 
 @pytest.mark.parametrize("param_dtype,shard", [("float32", None), ("bfloat16", 3000)])
@@ -146,7 +147,7 @@ def test_unexpected_tensor(good_dir, tmp_path):
 
 
 def test_save_with_tokenizer_writes_a_complete_folder(tmp_path):
-  from models.tokenizer import train_bpe
+  from models.io.tokenizer import train_bpe
 
   tok = train_bpe(["hello world, agents use tools"] * 20, vocab_size=300)
   cfg = mconfig.tiny("qwen3", vocab_size=tok.vocab_size, n_layers=1)

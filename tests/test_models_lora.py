@@ -1,4 +1,4 @@
-"""models.lora / models.peft_io: the rank-r update against NumPy, merged == factorised,
+"""models.lora / models.io.peft_io: the rank-r update against NumPy, merged == factorised,
 only adapters train, sharded == single device, and PEFT export read back by `peft`."""
 
 import json
@@ -11,7 +11,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from models import config as mconfig
-from models import hf, lora, peft_io, transformer
+from models import lora, transformer
+from models.io import hf, peft_io
 from parallel import sharding
 from parallel.mesh import MeshConfig, make_mesh
 from parallel.rules import use_mesh_rules

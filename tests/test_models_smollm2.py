@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import checkpoints, gguf, hf, transformer
+from models import transformer
+from models.io import checkpoints, gguf, hf
 
 NAME = "smollm2-135m-instruct"
 

@@ -1,4 +1,4 @@
-"""models.tokenizer.ByteTokenizer and the load-and-generate demo (launch/generate_demo.py)."""
+"""models.io.tokenizer.ByteTokenizer and the load-and-generate demo (launch/generate_demo.py)."""
 
 import pathlib
 import subprocess
@@ -7,8 +7,9 @@ import sys
 import jax
 import numpy as np
 
-from models import config, hf, transformer
-from models.tokenizer import ByteTokenizer, render_chat
+from models import config, transformer
+from models.io import hf
+from models.io.tokenizer import ByteTokenizer, render_chat
 
 
 def test_byte_tokenizer_round_trip_and_specials():
@@ -79,8 +80,9 @@ def test_demo_entry_point_runs(tmp_path):
 def test_trained_bpe_round_trip_save_load_and_experiment_spec(tmp_path):
   import pytest
 
-  from envs import procedural, tool_format
-  from models.tokenizer import HFTokenizer, save_tokenizer, train_bpe
+  from envs import procedural
+  from envs.agents import tool_format
+  from models.io.tokenizer import HFTokenizer, save_tokenizer, train_bpe
   from rl.runtime.replica import load_tokenizer
 
   tasks = [procedural.generate("echo_word", s) for s in range(300)]

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from envs import procedural
-from envs.quality import Quarantine
+from envs.grading.quality import Quarantine
 from envs.task import Task, TestSpec
 from envs.task_pool import (
   PoolConfig,

@@ -3,8 +3,8 @@
 import json
 import threading
 
-from envs.quality import AuditConfig, Quarantine, RewardAuditor
-from envs.scoring import GradeResult, masked_result
+from envs.grading.quality import AuditConfig, Quarantine, RewardAuditor
+from envs.grading.scoring import GradeResult, masked_result
 
 
 def res(passed: bool, flags=()) -> GradeResult:

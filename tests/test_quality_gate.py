@@ -14,9 +14,9 @@ import textwrap
 import pytest
 
 from envs import procedural
-from envs.hacks import HACKS
-from envs.loading import load_any, load_tasks
-from envs.quality import GateConfig, Quarantine, RunRecord, _judge, check_tasks, gate_task
+from envs.formats.loading import load_any, load_tasks
+from envs.grading.hacks import HACKS
+from envs.grading.quality import GateConfig, Quarantine, RunRecord, _judge, check_tasks, gate_task
 from envs.task import BUILTIN_DIR
 from envs.task_pool import PoolConfig, TaskPool
 

@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from envs.grader_command import grade_command
-from envs.grading import parse_junit
-from envs.hacks import HACKS_BY_NAME
+from envs.agents.scripted import NullAgent, OracleAgent
+from envs.grading.grader_command import grade_command
+from envs.grading.hacks import HACKS_BY_NAME
+from envs.grading.reports import parse_junit
+from envs.grading.verifier import Verifier, VerifierConfig
 from envs.sandbox import testing
-from envs.scripted_agent import NullAgent, OracleAgent
 from envs.task import BUILTIN_DIR, FileEntry, load_task
 from envs.task_env import open_task_sandbox, put_files
-from envs.verifier import Verifier, VerifierConfig
 
 sandbox_image = testing.sandbox_image  # fixture
 PY_TASK = load_task(BUILTIN_DIR / "core" / "py-mean-off-by-one", "core")

@@ -10,12 +10,12 @@ and without the tamper scan (the isolation alone defeats it).
 
 import pytest
 
-from envs.grading import parse_junit
-from envs.hacks import HACKS_BY_NAME
-from envs.scripted_agent import NullAgent, OracleAgent
+from envs.agents.scripted import NullAgent, OracleAgent
+from envs.grading.hacks import HACKS_BY_NAME
+from envs.grading.reports import parse_junit
+from envs.grading.verifier import Verifier, VerifierConfig
 from envs.task import BUILTIN_DIR, FileEntry, load_task
 from envs.task_env import open_task_sandbox, put_files
-from envs.verifier import Verifier, VerifierConfig
 
 TASK = load_task(BUILTIN_DIR / "core" / "tx-excerpt", "core")
 NAIVE_LOGS = "/tmp/logs"

@@ -13,11 +13,12 @@ import jax
 import numpy as np
 import pytest
 
-from envs import agent, procedural, tool_format
+from envs import procedural
+from envs.agents import agent, tool_format
 from envs.sandbox.testing import descendants, sandbox_image  # noqa: F401
 from models import config as mcfg
 from models import transformer
-from models.tokenizer import ByteTokenizer
+from models.io.tokenizer import ByteTokenizer
 from rl import config as rl_config
 from rl.runtime import fleet as fleet_lib
 

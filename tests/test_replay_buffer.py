@@ -13,7 +13,7 @@ import dataclasses
 import async_harness as h
 import jax
 
-from envs import agent
+from envs.agents import agent
 from envs.episodes import Outcome
 from models.config import tiny
 from parallel.mesh import single_device_mesh

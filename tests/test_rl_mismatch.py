@@ -1,6 +1,6 @@
 """Train-inference mismatch in fp32: the real engine's behaviour log-probs equal the update step's.
 
-The tokens are sampled by models.generator.Generator over models.engine.Engine (paged KV cache,
+The tokens are sampled by models.inference.generator.Generator over models.inference.engine.Engine (paged KV cache,
 prefill + decode), packed by rl.packing and scored by the jitted rl.train_step update, whose
 `mismatch*` metrics (rl.losses.mismatch) are what every RL step logs as `train/mismatch_*`.
 """
@@ -11,7 +11,7 @@ import sampled
 
 from models import transformer
 from models.config import tiny
-from models.engine import Engine
+from models.inference.engine import Engine
 from parallel.mesh import single_device_mesh
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.packing import pack

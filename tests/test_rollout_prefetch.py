@@ -7,11 +7,12 @@ import dataclasses
 import threading
 import time
 
-from envs import agent, procedural, tool_format
+from envs import procedural
+from envs.agents import agent, tool_format
 from envs.episodes import Outcome, SandboxEpisodes
 from envs.sandbox.base import SandboxError
 from envs.task import Task, TestSpec
-from models.tokenizer import ByteTokenizer
+from models.io.tokenizer import ByteTokenizer
 from rl.config import RolloutConfig
 from rl.runtime.buffer import StalenessBuffer
 from rl.runtime.rollout import RolloutManager

@@ -4,7 +4,7 @@ eclipse-temurin). Pure tests: no sandbox."""
 
 import pytest
 
-from envs import docker_bases, dockerfile
+from envs.formats import docker_bases, dockerfile
 
 FULL, SCM = docker_bases.BUILDPACK_FULL, docker_bases.BUILDPACK_SCM
 
@@ -75,7 +75,7 @@ def test_placing_the_dropped_uv_binary_is_dropped_too():
 
 
 def test_test_script_install_line_with_redirections_and_semicolons():
-  from envs import test_script
+  from envs.formats import test_script
 
   s = test_script.parse(
     "#!/bin/bash\napt-get update >/dev/null 2>&1; apt-get install -y curl >/dev/null 2>&1\n"

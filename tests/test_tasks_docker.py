@@ -6,12 +6,12 @@ snapshot/restore; the verifier is the same as on bwrap. Needs a running Docker d
 
 import pytest
 
-from envs.hacks import HACKS
-from envs.quality import GateConfig, check_tasks
-from envs.scripted_agent import OracleAgent
+from envs.agents.scripted import OracleAgent
+from envs.grading.hacks import HACKS
+from envs.grading.quality import GateConfig, check_tasks
+from envs.grading.verifier import Verifier, VerifierConfig
 from envs.task import BUILTIN_DIR, load_task
 from envs.task_env import open_task_sandbox
-from envs.verifier import Verifier, VerifierConfig
 
 pytestmark = pytest.mark.docker
 

@@ -9,8 +9,10 @@ import subprocess
 import pytest
 from task_files import write
 
-from envs import dockerfile, formats, procedural
-from envs.loading import detect_format, load_any, load_tasks
+from envs import procedural
+from envs.formats import dockerfile
+from envs.formats import terminal_bench as formats
+from envs.formats.loading import detect_format, load_any, load_tasks
 from envs.task import BUILTIN_DIR, DOMAINS, FileEntry, TaskFormatError, load_task
 
 GOOD = {
@@ -398,7 +400,7 @@ def test_echo_word_family_is_regular():
 
 
 def test_scripted_agent_command_files(tmp_path):
-  from envs.scripted_agent import ScriptedAgent, load_commands
+  from envs.agents.scripted import ScriptedAgent, load_commands
 
   text = "# comment\n\necho a \\\n  b\ncat > f.txt <<'EOF'\nline 1\n\nline 2\nEOF\nls\n"
   (tmp_path / "cmds.sh").write_text(text)
@@ -431,7 +433,7 @@ def test_harbor_2_1_schema_env_and_gpus(tmp_path):
 
 
 def test_test_script_split_names_network_lines():
-  from envs import test_script
+  from envs.formats import test_script
 
   s = test_script.parse(
     "#!/bin/bash\nset -e\napt-get update\ncd /app\nuv add requests numpy\n"

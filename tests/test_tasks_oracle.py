@@ -5,8 +5,8 @@ agent still fails the task."""
 from task_files import write
 
 from envs import eval as ev
-from envs.loading import load_any
-from envs.quality import GateConfig, gate_task
+from envs.formats.loading import load_any
+from envs.grading.quality import GateConfig, gate_task
 from envs.sandbox import testing
 
 backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures

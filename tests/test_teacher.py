@@ -8,13 +8,14 @@ import jax
 import numpy as np
 import pytest
 
-from envs import agent, procedural, tool_format
+from envs import procedural
+from envs.agents import agent, tool_format
 from envs.episodes import SandboxEpisodes
 from models import transformer
 from models.config import tiny
-from models.engine import Engine
-from models.generator import Generator
-from models.tokenizer import ByteTokenizer
+from models.inference.engine import Engine
+from models.inference.generator import Generator
+from models.io.tokenizer import ByteTokenizer
 from rl import warm_start
 
 CFG = tiny("qwen3", vocab_size=260, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=64)
@@ -62,7 +63,7 @@ def test_noisy_teacher_needs_mistakes(episodes):
 
 def test_markdown_bash_demonstrations(episodes):
   """agent.protocol=markdown_bash: one ```bash block ending with the sentinel, then EOS."""
-  from envs import markdown_bash as mb
+  from envs.agents import markdown_bash as mb
 
   tok, _ = episodes
   acfg = agent.AgentConfig(

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from train_step_setup import assert_trees_close, grpo_batch
 
-from models import hf
+from models.io import hf
 from rl.config import LossConfig, TrainConfig
 from rl.layout import Layout, plan
 from rl.train_step import compute_grads

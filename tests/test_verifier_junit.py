@@ -4,8 +4,14 @@ import base64
 
 import pytest
 
-from envs.grading import junit_name, parse_junit, split_witness, tamper_flags, witness_conflicts
-from envs.scoring import GradeResult, masked_result
+from envs.grading.reports import (
+  junit_name,
+  parse_junit,
+  split_witness,
+  tamper_flags,
+  witness_conflicts,
+)
+from envs.grading.scoring import GradeResult, masked_result
 
 XML = b"""<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="NONCE" errors="1" failures="1" skipped="1" tests="5">

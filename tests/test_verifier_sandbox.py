@@ -6,12 +6,12 @@ import textwrap
 import pytest
 from task_files import write
 
-from envs.loading import load_any
-from envs.quality import GateConfig, gate_task
-from envs.scripted_agent import NullAgent, OracleAgent, ScriptedAgent
+from envs.agents.scripted import NullAgent, OracleAgent, ScriptedAgent
+from envs.formats.loading import load_any
+from envs.grading.quality import GateConfig, gate_task
+from envs.grading.verifier import Verifier, VerifierConfig, check_milestones
 from envs.task import load_task
 from envs.task_env import TaskSetupError, open_task_sandbox
-from envs.verifier import Verifier, VerifierConfig, check_milestones
 
 HEAD = 'import os, pathlib\nWS = pathlib.Path(os.environ["AGENTRL_WORKSPACE"])\n'
 

@@ -1,4 +1,4 @@
-"""The workspace manifest script (envs.workspace): the same {path: digest} as a hashlib/json
+"""The workspace manifest script (envs.grading.workspace): the same {path: digest} as a hashlib/json
 reference on awkward names, on the host and in a real sandbox, and no stdlib module compiled
 from source on each run (json, re, hashlib: the manifest runs without bytecode)."""
 
@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from envs import sandbox as sandbox_lib
+from envs.grading.workspace import MANIFEST_PY, NO_PYCACHE, manifest_cmd
 from envs.sandbox import testing
 from envs.task_env import workspace_manifest
-from envs.workspace import MANIFEST_PY, NO_PYCACHE, manifest_cmd
 
 backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures
 

@@ -1,6 +1,6 @@
 """Per-episode capture: every call's exact tokens, assembled into the agent's trajectory type.
 
-Assembly follows envs.agent's segment rules: a call whose prompt extends a segment's tokens
+Assembly follows envs.agents.agent's segment rules: a call whose prompt extends a segment's tokens
 (prompt + completions so far) continues that segment (the new prompt tokens are context, loss
 mask 0; the completion has mask 1 with the engine's log-probs and policy versions). A call
 whose prompt extends no segment starts a new one (the earlier turns are then plain context),
@@ -14,7 +14,7 @@ import dataclasses
 import threading
 import time
 
-from envs import agent as agent_lib
+from envs.agents import agent as agent_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ class EpisodeCapture:
       return list(self.chat_heads)
 
   def episode(self, finish_reason: str = "harness_exit", infra_error: str | None = None):
-    """The captured trajectory as an envs.agent.Episode (one TurnRecord per call)."""
+    """The captured trajectory as an envs.agents.agent.Episode (one TurnRecord per call)."""
     with self.lock:
       calls = list(self.calls)
     segments, breaks = assemble(calls)

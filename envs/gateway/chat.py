@@ -1,13 +1,13 @@
 """OpenAI chat messages <-> the model's chat template and tool-call format.
 
 Tools are described to the model in the system message and called in the agent's format
-(envs.tool_format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), so a checkpoint
+(envs.agents.tool_format: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`), so a checkpoint
 trained by our agent loop serves OpenAI `tools` unchanged. An assistant message with
 `tool_calls` is rendered back in that format.
 
 Token-exact continuation: when a request repeats the previous call's messages and the assistant
 reply the gateway returned, only the text after that reply is rendered (the template is
-rendered once with a placeholder for the reply, as envs.tool_format.ChatFormat does), and its tokens
+rendered once with a placeholder for the reply, as envs.agents.tool_format.ChatFormat does), and its tokens
 are appended to the tokens the engine produced: no earlier turn is ever re-tokenised.
 """
 
@@ -17,8 +17,8 @@ import json
 import re
 import uuid
 
+from envs.agents.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 from envs.gateway.protocol import content_text
-from envs.tool_format import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
 
 _PLACEHOLDER = "\x1eAGENTRL_REPLY\x1e"
 _CALL_RE = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)

@@ -1,6 +1,6 @@
 """The gateway's core (no HTTP): OpenAI requests -> engine requests -> OpenAI responses.
 
-`policy` has the Generator API (models.generator: thread-safe `submit(req) -> Future`,
+`policy` has the Generator API (models.inference.generator: thread-safe `submit(req) -> Future`,
 `release_session`); its single engine thread batches every client's requests continuously
 over the decode slots, so concurrent HTTP clients share them. Requests made under an episode
 (`open_episode`) are recorded token-exactly (envs.gateway.capture) and use the episode as the
@@ -19,9 +19,9 @@ import uuid
 import envs.gateway.chat as chat_lib
 import envs.gateway.protocol as protocol
 import envs.gateway.scoring as scoring
+from envs.agents.tool_format import TOOL_CALL_CLOSE
 from envs.gateway.capture import Call, EpisodeCapture
-from envs.tool_format import TOOL_CALL_CLOSE
-from models.generator import GenerationRequest
+from models.inference.generator import GenerationRequest
 from models.sampling import SamplingParams
 
 

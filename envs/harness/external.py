@@ -23,7 +23,7 @@ import time
 import traceback
 import uuid
 
-from envs import agent as agent_lib
+from envs.agents import agent as agent_lib
 from envs.episodes import Outcome
 from envs.harness.runner import SandboxRunner
 from envs.sandbox.base import SandboxError
@@ -77,7 +77,7 @@ class ExternalEpisodes:
   def __init__(self, gateway, server, harness, *, backend: str = "bwrap", image: str = "default",
                verifier_mode: str = "after", harness_timeout_s: float = 0.0,
                exec_timeout_s: float = 30.0):  # fmt: skip
-    from envs.verifier import Verifier, VerifierConfig
+    from envs.grading.verifier import Verifier, VerifierConfig
 
     self.gateway, self.server, self.harness = gateway, server, harness
     self.backend, self.image = backend, image

@@ -6,7 +6,7 @@
 
 `launch.export`, `launch.eval`, `launch.generate_demo` and `launch.serve` go through
 `resolve_checkpoint`, so each accepts an HF folder, a run directory or one orbax step directory.
-A byte-tokenizer run writes no tokenizer.json (readers fall back to models.tokenizer.ByteTokenizer,
+A byte-tokenizer run writes no tokenizer.json (readers fall back to models.io.tokenizer.ByteTokenizer,
 as for any folder without one) but does write its chat template (chat_template.jinja).
 """
 
@@ -38,8 +38,8 @@ def _model_config(exp):
   """The run's model: its config, or the HF checkpoint's it started from."""
   if not exp.checkpoint:
     return exp.model
-  from models import checkpoints
-  from models.hf_config import config_from_hf
+  from models.io import checkpoints
+  from models.io.hf_config import config_from_hf
 
   file = checkpoints.resolve(exp.checkpoint) / "config.json"  # a folder or a named checkpoint
   return config_from_hf(json.loads(file.read_text()), file)
@@ -127,13 +127,13 @@ def _restore_args(tree):
 
 
 def _save_tokenizer(exp, workdir: pathlib.Path, out: pathlib.Path) -> None:
-  from models.tokenizer import CHATML_TEMPLATE
+  from models.io.tokenizer import CHATML_TEMPLATE
 
   spec = exp.tokenizer
   if spec == "byte":
     (out / "chat_template.jinja").write_text(CHATML_TEMPLATE)
     return
-  from models import checkpoints
+  from models.io import checkpoints
 
   src = workdir / "tokenizer" if spec.startswith("bpe:") else checkpoints.resolve(spec)
   for name in (
@@ -154,7 +154,7 @@ def export(workdir, out, step="latest", adapters=False) -> pathlib.Path:
 
   A LoRA run exports its merged weights, or with `adapters` its adapters alone (PEFT layout:
   adapter_config.json + adapter_model.safetensors, to load on the run's base model)."""
-  from models import hf, peft_io
+  from models.io import hf, peft_io
 
   workdir, out = pathlib.Path(workdir), pathlib.Path(out)
   n = pick_step(workdir, step)
@@ -179,7 +179,7 @@ def resolve_checkpoint(path, step="latest") -> str:
   """An HF folder for `path`: itself if it has config.json; a run directory or one of its
   orbax step directories (WORKDIR/checkpoints/N) exported to WORKDIR/export/step-N once; a
   named checkpoint (smollm2-135m-instruct) becomes its converted folder; a .gguf file stays."""
-  from models import checkpoints  # a name converts its package's GGUF file once, cached
+  from models.io import checkpoints  # a name converts its package's GGUF file once, cached
 
   p = checkpoints.resolve(path)
   if (p / "config.json").is_file() or (p.suffix == ".gguf" and p.is_file()):

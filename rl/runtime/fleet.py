@@ -10,7 +10,7 @@ policy=None) -> Outcome` (envs.episodes.SandboxEpisodes, called by RolloutManage
   fleet.load_params(params, version=3)        # one ray.put, every worker loads the same ref
   fleet.stats()                               # the workers' engine statistics, summed
 
-Each `RolloutWorker` actor holds an engine replica (models.engine + models.generator) and runs
+Each `RolloutWorker` actor holds an engine replica (models.inference.engine + models.inference.generator) and runs
 episodes in its own sandboxes (envs.episodes.SandboxEpisodes: bwrap/Docker + verifier), several at
 once (a threaded actor). Back-pressure: a request waits until some live worker has fewer than
 `max_inflight_per_worker` episodes. Recovery: if a worker dies mid-episode, Ray fails the call
@@ -39,7 +39,7 @@ import time
 
 import jax
 
-from envs.agent import AgentConfig
+from envs.agents.agent import AgentConfig
 from envs.episodes import infra_outcome
 from rl.config import EngineConfig, EnvConfig, RayConfig
 
@@ -357,7 +357,7 @@ class RolloutFleet:
       }
 
   def stats(self) -> dict:
-    """The live workers' engine statistics (models.generator.Generator.stats) summed, with the
+    """The live workers' engine statistics (models.inference.generator.Generator.stats) summed, with the
     fleet's version, restarts and per-worker load; a worker that dies meanwhile is left out."""
     from ray.exceptions import RayActorError
 

@@ -1,6 +1,6 @@
 """Train-inference mismatch of finished episodes: engine behaviour log-probs vs the trainer's.
 
-    stats = score(model_cfg, params, segments)   # envs.agent.Segment rows of policy episodes
+    stats = score(model_cfg, params, segments)   # envs.agents.agent.Segment rows of policy episodes
     stats == {"tokens": 1760, "mean": 6e-6, "max": 4.3e-5, "kl": 1e-11}
 
 The trainer side is the model's full forward (models.transformer.apply, as the update step

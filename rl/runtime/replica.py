@@ -19,15 +19,15 @@ import dataclasses
 import pathlib
 import threading
 
-from envs.agent import AgentConfig, make_format
+from envs.agents.agent import AgentConfig, make_format
+from envs.agents.tool_format import format_exec_observation, format_tool_call
 from envs.episodes import SandboxEpisodes
-from envs.tool_format import format_exec_observation, format_tool_call
 from rl.config import EngineConfig, EnvConfig
 
 
 def make_engine(model_cfg, params, cfg: EngineConfig, version: int = 0):
-  """A models.engine.Engine sized by `cfg` (max_seq_len 0: the model's)."""
-  from models.engine import Engine
+  """A models.inference.engine.Engine sized by `cfg` (max_seq_len 0: the model's)."""
+  from models.inference.engine import Engine
 
   return Engine(
     model_cfg.replace(dtype=cfg.dtype) if cfg.dtype else model_cfg,
@@ -42,9 +42,9 @@ def make_engine(model_cfg, params, cfg: EngineConfig, version: int = 0):
 
 
 def generator(model_cfg, params, tokenizer, cfg: EngineConfig, version: int = 0):
-  """A models.generator.Generator over make_engine(...); with `cfg.kv_on_swap="reprefill"`
+  """A models.inference.generator.Generator over make_engine(...); with `cfg.kv_on_swap="reprefill"`
   wrapped in rl.runtime.weight_sync.ExactSwap (the KV-cache policy for weight swaps)."""
-  from models.generator import Generator
+  from models.inference.generator import Generator
   from rl.runtime.weight_sync import ExactSwap
 
   gen = Generator(make_engine(model_cfg, params, cfg, version), tokenizer=tokenizer)
@@ -54,7 +54,7 @@ def generator(model_cfg, params, tokenizer, cfg: EngineConfig, version: int = 0)
 class Replica:
   """A generator and, per agent config, an episode runner on it (see module docstring).
 
-  The chat format follows `agent.protocol` (envs.agent.make_format), one per protocol.
+  The chat format follows `agent.protocol` (envs.agents.agent.make_format), one per protocol.
   """
 
   def __init__(
@@ -125,13 +125,13 @@ def load_tokenizer(spec: str, workdir=None, corpus=None):
   """ "byte", "bpe:<vocab size>" (trained on `corpus()` once, kept in WORKDIR/tokenizer) or a
   Hugging Face checkpoint folder."""
   if spec == "byte":
-    from models.tokenizer import ByteTokenizer
+    from models.io.tokenizer import ByteTokenizer
 
     return ByteTokenizer()
-  from models import hf
+  from models.io import hf
 
   if spec.startswith("bpe:"):
-    from models.tokenizer import save_tokenizer, train_bpe
+    from models.io.tokenizer import save_tokenizer, train_bpe
 
     try:
       vocab = int(spec.split(":", 1)[1])
@@ -169,15 +169,15 @@ def policy_from_checkpoint(
   checkpoint: an HF folder, a training run's workdir (its latest checkpoint) or one of its
   orbax step directories (rl.runtime.export.resolve_checkpoint).
   tokenizer: `auto` (the checkpoint's tokenizer.json; the byte tokenizer if it has none),
-  `byte` (models.tokenizer.ByteTokenizer) or a folder holding tokenizer.json.
+  `byte` (models.io.tokenizer.ByteTokenizer) or a folder holding tokenizer.json.
   system_prompt: None for the protocol's own (markdown_bash_v<N> picks a version's file).
   engine: its precision tier (dtype, weight_dtype, kv_dtype); slots and length come from here.
   record: keep the first `record` episodes' segments and the fp32 params on the agent
   (`agent.segments`, `agent.model`) for rl.runtime.mismatch.
   """
   from envs.eval import PolicyAgent
-  from models import hf
-  from models.tokenizer import ByteTokenizer
+  from models.io import hf
+  from models.io.tokenizer import ByteTokenizer
   from rl.runtime.export import resolve_checkpoint
 
   agent_cfg = agent_cfg or AgentConfig(greedy=True)

@@ -51,7 +51,7 @@ def training_mesh(exp: Experiment):
 def _initial_params(exp: Experiment, tok):
   """The model config and host params to start from: a checkpoint or a seeded init."""
   if exp.checkpoint:
-    from models import hf
+    from models.io import hf
 
     # Remat is a run-time choice, not the checkpoint's (model.remat; the rest comes from it).
     return hf.load(exp.checkpoint, remat=exp.model.remat)
@@ -82,7 +82,7 @@ def preflight(exp: Experiment) -> None:
     parse_mixed(env.tasks)
   elif not pathlib.Path(env.tasks).is_dir():
     raise ValueError(f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>')")
-  from models import checkpoints  # a named checkpoint (smollm2-135m-instruct): its folder
+  from models.io import checkpoints  # a named checkpoint (smollm2-135m-instruct): its folder
 
   if exp.checkpoint and not (checkpoints.resolve(exp.checkpoint) / "config.json").is_file():
     raise ValueError(f"checkpoint: {exp.checkpoint}: not an HF folder (no config.json)")

@@ -3,7 +3,7 @@
 A task source answers `task_for(group_id)` (deterministically given its state, so a resumed
 run re-issues the same tasks), `get(task_id)`, `demo_tasks(n)` (for the SFT warm start),
 `observe_batch(groups)` (called by the trainer with each consumed batch, in group order:
-task-pool statistics and `envs.quality.RewardAuditor` audits, quarantine events), and
+task-pool statistics and `envs.grading.quality.RewardAuditor` audits, quarantine events), and
 `state_dict()` / `load_state_dict()` for checkpoints.
 """
 
@@ -22,10 +22,10 @@ def _seed(*parts) -> int:
 
 
 class _Audited:
-  """Runtime reward audits (envs.quality.RewardAuditor) over consumed batches, in group order."""
+  """Runtime reward audits (envs.grading.quality.RewardAuditor) over consumed batches, in group order."""
 
   def __init__(self, workdir: pathlib.Path, seed: int, on_event):
-    from envs.quality import AuditConfig, Quarantine, RewardAuditor
+    from envs.grading.quality import AuditConfig, Quarantine, RewardAuditor
 
     self.quarantine = Quarantine(workdir / "quarantine.json")
     self.auditor = RewardAuditor(
@@ -34,7 +34,7 @@ class _Audited:
     self.on_event = on_event or (lambda kind, **kw: None)
 
   def audit(self, groups: list[Group]) -> dict:
-    from envs.scoring import GradeResult
+    from envs.grading.scoring import GradeResult
 
     n0 = len(self.auditor.events)
     for g in sorted(groups, key=lambda g: g.group_id):
@@ -191,7 +191,7 @@ class MixedTasks(PoolTasks):
 
   def __init__(self, spec, seed, workdir, *, eval_seed, n_eval, per_family=64, on_event=None):
     from envs import procedural
-    from envs.loading import resolve
+    from envs.formats.loading import resolve
     from envs.task_pool import decontaminate
 
     fams, suites = parse_mixed(spec)
@@ -255,7 +255,7 @@ def make_task_source(env, seed: int, workdir, on_event=None):
       family, seed, workdir, {t.instruction for t in evals}, on_event, env.train_pool_size
     )
     return src, evals
-  from envs.loading import load_tasks
+  from envs.formats.loading import load_tasks
 
   tasks = sorted(load_tasks(env.tasks), key=lambda t: _seed(env.eval_seed, *t.id.encode()))
   if env.eval_tasks >= len(tasks):

@@ -1,0 +1,235 @@
+"""Splits a format's test script (TB1 `run-tests.sh`, Harbor `tests/test.sh`) into what runs.
+
+Those scripts mix network boilerplate (fetch uv or curl, make a venv, install pytest and a
+CTRF plugin, run pytest through `uvx`/`uv run`, turn its exit code into reward.txt) with
+task-specific steps (copy a file from /tests into the workspace, export a variable, run a
+custom check). Offline, only the boilerplate is replaced, by the verifier's own pytest run;
+every other command still runs, in order:
+
+    pre      commands before the pytest invocation (same shell, so exports reach pytest)
+    pytest   the invocation itself, replaced; its `--with PKG` / `uv add PKG` extras become
+             test-time pip packages (installed with the task's image layer)
+    post     commands after it (each must succeed for a pass)
+
+A script without a pytest invocation is kept whole (less its boilerplate) as a `shell` runner.
+A command that needs the network and is not boilerplate fails loudly, naming the line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+
+from envs.formats.docker_packages import HARNESS_PACKAGES
+from envs.task import TaskFormatError
+
+# Test tooling a script installs for itself: the verifier brings its own pytest.
+TOOLING = re.compile(r"^(pytest(-json-ctrf|-json-report|-timeout)?|pip|uv|setuptools|wheel)$")
+_OPEN = re.compile(r"^(if|for|while|until|case|select|\{)$")
+_CLOSE = {"fi", "done", "esac", "}"}
+_NETWORK = re.compile(r"\b(curl|wget|git\s+clone|pip3?\s+download)\b|https?://")
+_REWARD = re.compile(r"reward\.(txt|json)\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class TestScript:
+  """What an imported test script becomes."""
+
+  __test__ = False  # not a pytest class
+
+  runs_pytest: bool
+  pre: str = ""
+  post: str = ""
+  shell: str = ""  # the whole kept script when it does not run pytest
+  pip_packages: tuple[str, ...] = ()
+  apt_packages: tuple[str, ...] = ()
+  set_e: bool = False
+  dropped: tuple[str, ...] = ()  # "line N: text" of every replaced boilerplate command
+
+
+def _words(text: str) -> list[str]:
+  """Shell words of a line with quoted strings and comments blanked (keyword counting only)."""
+  text = re.sub(r"'[^']*'|\"(\\.|[^\"\\])*\"", " q ", text)
+  text = text.split(" #", 1)[0] if not text.lstrip().startswith("#") else ""
+  return re.split(r"[\s;&|()]+", text.strip())
+
+
+def commands(script: str) -> list[tuple[int, str]]:
+  """(first line, text) of each top-level command: continuations, heredocs, blocks folded."""
+  out, buf, start, depth, heredoc = [], [], 0, 0, None
+  for no, line in enumerate(script.splitlines(), 1):
+    if heredoc is not None:
+      buf.append(line)
+      if line.strip() == heredoc:
+        heredoc = None
+        if depth == 0:
+          out.append((start, "\n".join(buf)))
+          buf = []
+      continue
+    if not buf and (not line.strip() or line.lstrip().startswith("#")):
+      continue
+    if not buf:
+      start = no
+    buf.append(line)
+    m = re.search(r"<<-?\s*['\"]?(\w+)['\"]?", line)
+    if m:
+      heredoc = m.group(1)
+      continue
+    if line.rstrip().endswith("\\"):
+      continue
+    for w in _words(line):
+      if _OPEN.match(w):
+        depth += 1
+      elif w in _CLOSE:
+        depth -= 1
+    if depth <= 0:
+      depth = 0
+      out.append((start, "\n".join(buf)))
+      buf = []
+  if buf:
+    out.append((start, "\n".join(buf)))
+  return out
+
+
+def _argv(cmd: str) -> list[str]:
+  try:
+    argv = shlex.split(cmd.replace("\\\n", " "), comments=True)
+  except ValueError:
+    return []
+  while argv and (re.match(r"^\w+=", argv[0]) or argv[0] in ("sudo", "env", "exec", "-E")):
+    argv = argv[1:]
+  return argv
+
+
+def _pytest_extras(argv: list[str]) -> list[str] | None:
+  """The `--with` packages of a pytest invocation, or None if `argv` does not run pytest."""
+  prog = argv[0] if argv else ""
+  runs = False
+  if prog in ("pytest", "py.test"):
+    runs = True
+  elif re.fullmatch(r"python3?(\.\d+)?", prog) and argv[1:3] == ["-m", "pytest"]:
+    runs = True
+  elif prog == "uvx" or argv[:2] == ["uv", "run"] or argv[:2] == ["uv", "tool"]:
+    runs = "pytest" in argv or "py.test" in argv
+  if not runs:
+    return None
+  extras, it = [], iter(argv)
+  for a in it:
+    if a == "--with":
+      extras += [x.strip() for x in next(it, "").split(",") if x.strip()]
+    elif a.startswith("--with="):
+      extras += [x.strip() for x in a[7:].split(",") if x.strip()]
+  return extras
+
+
+def _name(req: str) -> str:
+  return re.split(r"[<>=!~\[; @]", req, maxsplit=1)[0].strip().lower()
+
+
+def _packages(argv: list[str]) -> tuple[str, list[str]] | None:
+  """('pip' | 'apt', packages) for an install command line, or None."""
+  # one command only: stop at a `;`/`&&`/`||`/`|` and skip redirections (`>/dev/null 2>&1`)
+  cut = next(
+    (i for i, a in enumerate(argv) if a in (";", "&&", "||", "|") or a.endswith(";")), None
+  )
+  argv = [a for a in argv[:cut] if not re.match(r"^(\d*|&)[<>]", a)]
+  if argv[:2] in (["apt-get", "install"], ["apt", "install"]) or (
+    argv[:1] in (["apt-get"], ["apt"]) and "install" in argv
+  ):
+    return "apt", [a.split("=")[0] for a in argv[1:] if not a.startswith("-") and a != "install"]
+  for head in (["uv", "pip", "install"], ["uv", "add"], ["pip", "install"], ["pip3", "install"]):
+    if argv[: len(head)] == head:
+      return "pip", [a for a in argv[len(head) :] if not a.startswith("-")]
+  if re.fullmatch(r"python3?(\.\d+)?", argv[0] if argv else "") and argv[1:4] == [
+    "-m",
+    "pip",
+    "install",
+  ]:
+    return "pip", [a for a in argv[4:] if not a.startswith("-")]
+  return None
+
+
+def _boilerplate(cmd: str, argv: list[str], after_pytest: bool) -> bool:
+  """Commands that only fetch or set up test tooling, or turn pytest's exit code into a reward."""
+  if not argv:
+    return False
+  prog = argv[0]
+  if prog in ("apt-get", "apt") and any(a in ("update", "clean", "autoremove") for a in argv):
+    return True
+  if re.search(r"\b(curl|wget)\b[^|]*\|\s*(ba|z)?sh\b", cmd) and re.search(r"astral\.sh|uv", cmd):
+    return True
+  if prog in ("source", ".") and re.search(r"\.local/bin/env|/bin/activate", cmd):
+    return True
+  if argv[:2] in (["uv", "init"], ["uv", "venv"], ["uv", "sync"]) or prog == "deactivate":
+    return True
+  if prog == "if" and "$PWD" in cmd and re.search(r"WORKDIR|working directory", cmd):
+    return True  # the TB1 template's "no WORKDIR set" guard
+  if after_pytest and _REWARD.search(cmd) and not _NETWORK.search(cmd):
+    return True  # the pytest exit code -> reward file block: the verifier scores pytest itself
+  return bool(re.fullmatch(r"[\w]+=\$\?", cmd.strip()))
+
+
+def parse(script: str, file: str) -> TestScript:
+  """Splits a test script; TaskFormatError names the line of a command that cannot be kept."""
+  pre: list[str] = []
+  post: list[str] = []
+  pip: list[str] = []
+  apt: list[str] = []
+  dropped: list[str] = []
+  pytest_line = None
+  set_e = False
+  for no, cmd in commands(script):
+    if cmd.startswith("#!"):
+      continue
+    argv = _argv(cmd)
+    if argv[:1] == ["set"] and any(re.match(r"^-\w*e", a) for a in argv[1:]):
+      set_e = True
+    extras = _pytest_extras(argv)
+    if extras is not None:
+      if pytest_line is not None:
+        raise TaskFormatError(
+          file, f"line {no}", f"a second pytest run (first: line {pytest_line})"
+        )
+      pytest_line = no
+      pip += [e for e in extras if not TOOLING.match(_name(e))]
+      dropped.append(f"line {no}: {cmd.splitlines()[0][:120]}")
+      continue
+    pk = _packages(argv)
+    if pk is not None:
+      kind, names = pk
+      if kind == "apt":
+        apt += [n for n in names if n not in HARNESS_PACKAGES]
+      else:
+        pip += [n for n in names if not TOOLING.match(_name(n))]
+      dropped.append(f"line {no}: {cmd.splitlines()[0][:120]}")
+      continue
+    if _boilerplate(cmd, argv, pytest_line is not None):
+      dropped.append(f"line {no}: {cmd.splitlines()[0][:120]}")
+      continue
+    if _NETWORK.search(cmd):
+      raise TaskFormatError(
+        file,
+        f"line {no}",
+        f"needs the network at test time, which the sandbox does not have: {cmd.splitlines()[0][:160]}",
+      )
+    (post if pytest_line is not None else pre).append(cmd)
+  uniq = lambda xs: tuple(dict.fromkeys(xs))  # noqa: E731
+  if pytest_line is None:
+    return TestScript(
+      False,
+      shell="\n".join(pre) + "\n",
+      pip_packages=uniq(pip),
+      apt_packages=uniq(apt),
+      set_e=set_e,
+      dropped=tuple(dropped),
+    )
+  return TestScript(
+    True,
+    pre="\n".join(pre) + ("\n" if pre else ""),
+    post="\n".join(post) + ("\n" if post else ""),
+    pip_packages=uniq(pip),
+    apt_packages=uniq(apt),
+    set_e=set_e,
+    dropped=tuple(dropped),
+  )

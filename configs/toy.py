@@ -17,7 +17,7 @@ small; a larger learning rate then breaks the policy in one update. Weighting ne
 advantages by 0.1 (train.loss.negative_advantage_weight) makes each update mostly reinforce the
 successes; four tasks need conditioning on the instruction, which this tiny model does not
 learn from RL within a CI budget, so the pool holds one. Dynamic sampling is off, so the batch
-pass rate is the policy's own pass rate (tests/test_loop_toy.py asserts that it rises).
+pass rate is the policy's own pass rate (tests/test_trainer_toy.py asserts that it rises).
 """
 
 import dataclasses

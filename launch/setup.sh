@@ -47,6 +47,11 @@ if command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
     echo "[setup] starting dockerd ${remap[*]}"
     (nohup dockerd "${remap[@]}" >/tmp/agentrl-dockerd.log 2>&1 &)
     for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    if ! docker info >/dev/null 2>&1; then
+      echo "[setup] error: dockerd did not answer within 60 s (its log: /tmp/agentrl-dockerd.log)" >&2
+      tail -n 5 /tmp/agentrl-dockerd.log >&2 || true
+      exit 1
+    fi
   fi
 fi
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import importlib
+import importlib.util
 import pathlib
 
 import ml_collections
@@ -10,12 +11,21 @@ import pytest
 from launch import sweep
 from rl.config import Experiment, LossConfig, from_config, to_experiment
 
-CONFIGS = sorted(p.stem for p in pathlib.Path("configs").glob("*.py") if p.stem != "__init__")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
+
+
+def _config_module(name: str):
+  """configs/<name>.py by its path: the test does not depend on the working directory."""
+  spec = importlib.util.spec_from_file_location(f"configs.{name}", ROOT / "configs" / f"{name}.py")
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
 
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_config_parses_validates_and_documents_its_command(name):
-  mod = importlib.import_module(f"configs.{name}")
+  mod = _config_module(name)
   exp = to_experiment(mod.get_config())
   assert isinstance(exp, Experiment)
   exp.validate()
@@ -23,7 +33,7 @@ def test_config_parses_validates_and_documents_its_command(name):
 
 
 def test_overrides_and_type_conversion():
-  c = importlib.import_module("configs.toy").get_config()
+  c = _config_module("toy").get_config()
   c.train.optim.lr = 1  # an int where a float is expected
   c.train.rules = ["vocab="]
   c.loop.mode = "async"
@@ -39,14 +49,14 @@ def test_bad_config_errors_name_the_field():
     from_config(_Wrap, c)
   with pytest.raises(ValueError, match=r"config: .*is_mode.*'nope'"):
     from_config(LossConfig, {"is_mode": "nope"})
-  c = importlib.import_module("configs.toy").get_config()
+  c = _config_module("toy").get_config()
   c.loop.mode = "sideways"
   with pytest.raises(ValueError, match="config.loop: LoopConfig.mode"):
     to_experiment(c)
 
 
 def test_rollout_temperature_must_be_the_one_the_trainer_scores():
-  c = importlib.import_module("configs.toy").get_config()
+  c = _config_module("toy").get_config()
   c.agent.temperature = 0.7
   with pytest.raises(ValueError, match=r"train.loss.temperature \(1.0\).*got temperature 0.7"):
     to_experiment(c).validate()

@@ -39,7 +39,7 @@ SETS = {
 
 
 def _backend() -> str:
-  if testing.docker_unavailable() and os.environ.get("CI", "").lower() != "true":
+  if testing.docker_unavailable() and not testing.under_ci():
     return "bwrap"
   testing.require_docker()  # fails under CI=true without a daemon
   return "docker"
@@ -123,7 +123,7 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
 
   # the replay buffer is saved with the host state: exactly the trained groups whose rewards
   # vary (at this size and training the policy seldom passes, so it is often empty; the
-  # replayed groups and the buffer's resume are tested in tests/test_replay_buffer.py)
+  # replayed groups and the buffer's resume are tested in tests/test_trainer_replay.py)
   hosts = sorted((run / "checkpoints").glob("*/host/metadata"))
   assert hosts, list((run / "checkpoints").rglob("*"))[:20]
   host = json.loads(hosts[-1].read_text())

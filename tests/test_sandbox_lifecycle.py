@@ -312,6 +312,7 @@ def test_death_from_outside_is_an_infrastructure_error(backend):
     sb.close()
 
 
+@pytest.mark.docker
 def test_docker_pause_left_by_a_failed_kill_pass_is_thawed():
   """The kill pass pauses the container; a pause the daemon finished after answering with an
   error (seen under load) must not leave the sandbox unusable: the next exec thaws it."""

@@ -85,6 +85,22 @@ def test_concurrency_cap_and_live_cap(sandbox_image):
     del b
 
 
+def test_live_cap_bounds_leased_idle_and_starting_together(sandbox_image):
+  """max_live counts every sandbox (leased + idle + being created): with a leased cap above
+  it, the live cap alone refuses the fourth acquire, and the warm-up never overshoots it."""
+  cfg = PoolConfig(min_idle=2, max_idle=4, max_live=3, max_leased=5)
+  with SandboxPool(config=cfg) as pool:
+    held = [pool.acquire(timeout_s=60) for _ in range(3)]
+    with pytest.raises(sandbox_lib.SandboxError, match="acquire timeout"):
+      pool.acquire(timeout_s=1.0)
+    for _ in range(20):  # the maintenance thread wants 2 idle on top: the cap holds it at 0
+      st = pool.stats_dict()
+      assert st["leased"] + st["idle"] + st["starting"] <= 3, st
+      time.sleep(0.05)
+    pool.release(held.pop())
+    assert pool.acquire(timeout_s=60).exec("true").exit_code == 0
+
+
 class _Flaky:
   """A backend whose first `fail` creations raise an infrastructure error (fault injection
   around the real bubblewrap backend)."""

@@ -1,5 +1,5 @@
 """RolloutManager logic with a deterministic in-process episode function (the sandbox path is
-covered end to end by test_loop_toy / test_launch_resume): dynamic sampling, infra retries and
+covered end to end by test_trainer_toy / test_launch_resume): dynamic sampling, infra retries and
 masking, priorities, in-flight accounting and re-use of stored groups."""
 
 import threading

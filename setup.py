@@ -35,6 +35,8 @@ _EXTRAS = {
   "tensorboard": ["tensorboard==2.21.0"],
   # The quickstart notebook: .py <-> .ipynb (jupytext) and headless runs (nbconvert + kernel).
   "notebook": ["jupytext==1.19.6", "nbconvert==7.17.2", "ipykernel==7.4.0"],
+  # The reference manual under docs/ (mkdocs.yml; .ci/run builds it with --strict).
+  "docs": ["mkdocs==1.6.1"],
 }
 _EXTRAS["all"] = sorted({r for v in _EXTRAS.values() for r in v})
 

@@ -4,6 +4,7 @@ In-process (runpy) to reuse this process's JAX: the same code `python examples/X
 """
 
 import pathlib
+import re
 import runpy
 
 import numpy as np
@@ -21,6 +22,14 @@ def _main(name: str):
 def test_readme_shows_every_example():
   readme = (ROOT / "README.md").read_text()
   assert [n for n in EXAMPLES if f"examples/{n}" not in readme] == []
+
+
+def test_readme_links_resolve():
+  """The README is read on GitHub, outside `mkdocs build --strict`: its relative links
+  (into docs/, benchmarks/) must name files that exist."""
+  links = re.findall(r"\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+  local = [u.split("#")[0] for u in links if "://" not in u and not u.startswith("#")]
+  assert local and [u for u in local if not (ROOT / u).is_file()] == []
 
 
 def test_update_step():

@@ -1,6 +1,7 @@
 """The one Sandbox interface every backend implements.
 
-A sandbox is an isolated place to run model-generated shell commands: no network, resource
+A sandbox is an isolated place to run model-generated shell commands: no network (or, opted
+in, only the machine's package sources: `network="packages"`, egress.py), resource
 limits, and either a container-like root (mode "container": uid 0 inside a user namespace, a
 copy-on-write overlay of the image as a writable root) or a read-only root with a writable
 workspace (mode "readonly": a non-root user). Backends:
@@ -32,6 +33,9 @@ class TransferLimitError(OSError):
 
 
 MODES = ("container", "readonly")
+# False: loopback only. True: the host's network (bwrap) or Docker's bridge. "packages": only
+# the machine's configured package sources, through an allow-list proxy (egress.py).
+NETWORKS = (False, True, "packages")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +50,7 @@ class SandboxSpec:
   exec_timeout_s: float = 30.0  # default per-exec wall-clock limit
   episode_timeout_s: float = 1800.0  # wall-clock limit over the sandbox's whole life
   max_output_bytes: int = 1 << 20  # per stream, per exec
-  network: bool = False
+  network: bool | str = False  # one of NETWORKS
   env: tuple[tuple[str, str], ...] = ()
   workdir: str = "/workspace"
   # None: the mode's default user ("root" in container mode, "agent" in readonly mode)

@@ -31,6 +31,7 @@ from envs.sandbox import (
   bwrap_host,
   cgroups,
   common,
+  egress,
   fileops,
   layers,
   overlay,
@@ -77,6 +78,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     rootfs = image_lib.ensure_rootfs(img, (spec.workdir, self.home))
     self._range = self._userns = self._upper = self._xfds = None
     self._cg, self._proc, self._oom_seen, self._broken = None, None, 0, False
+    self.egress = egress.for_spec(spec, self.name)  # network="packages": the package proxy
     support = cgroups.detect(cgroup_mode)
     self.limits_via = set(support.limits)
     self._t0 = time.monotonic()
@@ -127,7 +129,8 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
         self._seccomp_fd = os.open(seccomp.filter_path(), os.O_RDONLY)
         fds += [self._userns, self._seccomp_fd]
       extra = ["--userns", str(self._userns), "--seccomp", str(self._seccomp_fd)]
-      args = bwrap_host.bwrap_args(self.spec, root, self.home, extra if self._root else None)
+      binds = self.egress.sources.folders() if self.egress else ()
+      args = bwrap_host.bwrap_args(self.spec, root, self.home, extra if self._root else None, binds)
       args += ["--info-fd", str(w_info), "--block-fd", str(r_blk)]
     except BaseException:
       for fd in (r_info, w_info, r_blk, w_blk):
@@ -155,6 +158,8 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       os.write(w_blk, b"x")
       if bwrap_host.read_until(self._proc.stdout.fileno(), b"x", 30.0) != b"x":
         raise TimeoutError
+      if self.egress is not None:  # its network namespace is up now (pid 1 runs)
+        self.egress.attach(self.pid1, userns=not self._root)
     except (TimeoutError, ValueError, KeyError, OSError) as e:
       err = b""
       if self._proc is not None:
@@ -196,7 +201,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     if self._cg is not None:
       pre = ["/bin/sh", "-c", _JOIN, "sh", *self._cg.procs_files(leaf), "--"]
     pre += self._prlimit_prefix()
-    ns = ["-U", "-m", "-i", "-u", "-p"] + ([] if self.spec.network else ["-n"])
+    ns = ["-U", "-m", "-i", "-u", "-p"] + ([] if common.host_network(self.spec) else ["-n"])
     if not self._root:
       return [
         *pre,
@@ -217,7 +222,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
   def _io_argv(self) -> list[str]:
     """File operations: uid 0 of the sandbox's user namespace in its mount namespace, never in
     its pid namespace or cgroups (no sandbox process can see, signal or ptrace them)."""
-    ns = ["-U", "-m"] + ([] if self.spec.network else ["-n"])
+    ns = ["-U", "-m"] + ([] if common.host_network(self.spec) else ["-n"])
     if not self._root:
       return ["nsenter", "-t", str(self.pid1), *ns, "-r", "-w", "--preserve-credentials", "--"]
     return ["nsenter", "-t", str(self.pid1), *ns, "-r", "-w", "-S", "0", "-G", "0", "--"]
@@ -240,7 +245,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       stdin=stdin,
       stdout=stdout,
       stderr=subprocess.PIPE,
-      env=common.sandbox_env(self.spec, self.home, tag),
+      env=common.sandbox_env(self.spec, self.home, tag, self.egress),
       start_new_session=True,
       pass_fds=(self._xfds.wrapper, self._xfds.filter) if self._xfds else (),
     )
@@ -419,6 +424,8 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       if self._cg is not None:
         self._cg.destroy()
     finally:
+      if self.egress is not None:
+        self.egress.close()
       for fd in (self._upper, self._userns):
         if fd is not None:
           os.close(fd)

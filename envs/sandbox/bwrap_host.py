@@ -17,12 +17,15 @@ from envs.sandbox import cgroups, common
 from envs.sandbox.base import SandboxError, SandboxSpec
 
 
-def bwrap_args(s: SandboxSpec, root: str, home: str, userns: list[str] | None) -> list[str]:
+def bwrap_args(
+  s: SandboxSpec, root: str, home: str, userns: list[str] | None, ro_binds: tuple[str, ...] = ()
+) -> list[str]:
   """bwrap's options for a sandbox of `s` on `root`; `userns`: our own namespace's options
-  (host root), None: bwrap makes an unprivileged one."""
+  (host root), None: bwrap makes an unprivileged one; `ro_binds`: host folders bound
+  read-only at the same path (local package sources)."""
   mb = 1 << 20
   a = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
-  a += [] if s.network else ["--unshare-net"]
+  a += [] if common.host_network(s) else ["--unshare-net"]
   if userns is not None:  # our own namespace (uid 0..65535 mapped); bwrap's pid 1 runs as uid 0
     a += userns
   else:  # any other uid (or --disable-userns) nests a second user namespace, and nsenter,
@@ -31,6 +34,8 @@ def bwrap_args(s: SandboxSpec, root: str, home: str, userns: list[str] | None) -
   bind = "--bind" if s.mode == "container" else "--ro-bind"
   a += ["--die-with-parent", "--new-session", "--as-pid-1", bind, root, "/"]
   a += ["--proc", "/proc"] + (["--dev", "/dev"] if userns is not None else plain_dev())
+  for path in ro_binds:
+    a += ["--ro-bind", path, path]
   mounts = {"/dev/shm": (s.disk_mb * mb, "1777")}
   if s.mode == "readonly":
     mounts.update({home: (common.HOME_MB * mb, "0755"), "/tmp": (s.disk_mb * mb, "1777")})

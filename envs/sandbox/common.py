@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 
-from envs.sandbox.base import MODES, ExecResult, Sandbox, SandboxError, TransferLimitError
+from envs.sandbox.base import MODES, NETWORKS, ExecResult, Sandbox, SandboxError, TransferLimitError
 
 LIFETIME_GRACE_S = 60.0  # a sandbox outlives its episode by this much (grading, snapshots)
 HOME_MB = 64  # $HOME is a tmpfs of this size
@@ -41,6 +41,11 @@ INIT_SCRIPT = (
 
 
 _PKG_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[A-Za-z0-9.+~:-]+)?")
+
+
+def host_network(spec) -> bool:
+  """Whether the sandbox shares the host's network (network=True); "packages" does not."""
+  return spec.network is True
 
 
 def init_args(ready: bool, life_s: float) -> list[str]:
@@ -65,6 +70,11 @@ def check_spec(spec) -> None:
       "must be None or a user name of the image",
     ),
     ("mode", spec.mode in MODES, f"must be one of {MODES}"),
+    (
+      "network",
+      isinstance(spec.network, bool) or spec.network in NETWORKS,
+      f"must be one of {NETWORKS}",
+    ),
     (
       "apt_packages",
       all(_PKG_RE.fullmatch(p) for p in spec.apt_packages),
@@ -94,11 +104,13 @@ def user_name(spec) -> str:
   return spec.user or ("root" if spec.mode == "container" else "agent")
 
 
-def sandbox_env(spec, home: str, tag: str) -> dict[str, str]:
-  """The environment of every exec: fixed basics, the exec's kill tag, then spec.env."""
+def sandbox_env(spec, home: str, tag: str, egress=None) -> dict[str, str]:
+  """The environment of every exec: fixed basics, the exec's kill tag, the package proxy's
+  settings (`egress`: an EgressProxy), then spec.env."""
   user = user_name(spec)
   env = {"PATH": PATH, "HOME": home, "USER": user, "LOGNAME": user}
   env.update(SHELL="/bin/bash", LANG="C.UTF-8", TERM="dumb", AGENTRL_EXEC=tag)
+  env.update(egress.env() if egress is not None else {})
   env.update(dict(spec.env))
   return env
 

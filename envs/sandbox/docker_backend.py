@@ -32,7 +32,7 @@ import threading
 import time
 from typing import NoReturn
 
-from envs.sandbox import common, docker_files, docker_layer, docker_stream, fileops, layers
+from envs.sandbox import common, docker_files, docker_layer, docker_stream, egress, fileops, layers
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxExhaustedError, SandboxSpec
 
@@ -140,6 +140,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     self._tag = tag
     self._end = time.monotonic() + spec.episode_timeout_s
     self._oom_seen = 0
+    self.egress = egress.for_spec(spec, self.name)  # network="packages": the package proxy
     # Whether the writable root is size-capped (by the storage driver or a tmpfs layer).
     self.disk_capped = spec.mode == "readonly" or docker_layer.driver_caps_layer(self.api)
     try:
@@ -163,7 +164,10 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       tmpfs[s.workdir] = f"size={s.disk_mb}m,{u},mode=0755,exec"
     mem, sized = s.memory_mb << 20, docker_layer.driver_caps_layer(self.api)
     hc = self.api.create_host_config(
-      network_mode="bridge" if s.network else "none",
+      network_mode="bridge" if common.host_network(s) else "none",
+      binds={p: {"bind": p, "mode": "ro"} for p in self.egress.sources.folders()}
+      if self.egress
+      else None,
       read_only=s.mode == "readonly",
       tmpfs=tmpfs,
       shm_size=s.disk_mb << 20,
@@ -187,12 +191,14 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
         hostname="sandbox",
         labels={LABEL: "1", OWNER: owner},
         host_config=hc,
-        network_disabled=not s.network,
+        network_disabled=not common.host_network(s),
       )
       self.id = c["Id"]
       if s.mode == "container" and not sized:  # overlay2 on ext4 ignores storage_opt
         self.disk_capped = docker_layer.cap_layer(self.api, self.id, s.disk_mb << 20) is not None
       self.api.start(self.id)
+      if self.egress is not None:  # in the container's own network namespace (local daemon)
+        self.egress.attach(self.api.inspect_container(self.id)["State"]["Pid"])
     except docker.errors.DockerException as e:
       raise SandboxError(f"docker could not start a sandbox: {e}") from e
 
@@ -216,7 +222,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     import docker.errors  # noqa: PLC0415
 
     self._check_open()
-    env = common.sandbox_env(self.spec, self.home, tag)
+    env = common.sandbox_env(self.spec, self.home, tag, self.egress)
 
     def start() -> tuple[str, docker_stream.ExecStream]:
       e = self.api.exec_create(
@@ -357,6 +363,8 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
       if self.id is not None:
         _remove(self.api, self.id)
     finally:
+      if self.egress is not None:
+        self.egress.close()
       self._drop_snapshots()
       self._drop_images()
       common.unregister(self)

@@ -59,6 +59,9 @@ class EvalConfig:
   seed: int = 0
   retries: int = 2  # extra attempts after an infrastructure failure
   check_timeout_s: float = 60.0  # all milestone / constraint checks of one turn
+  # Tasks that allow the network (TB1, Harbor allow_internet) reach the machine's package
+  # sources through the egress proxy; False: no network at all.
+  package_egress: bool = True
   verifier: VerifierConfig = VerifierConfig()
 
   def __post_init__(self):
@@ -188,7 +191,7 @@ def _attempt(
   """One sandbox, one episode, one grade. Infra failures come back as masked grades."""
   times = {"agent_s": 0.0, "grade_s": 0.0}
   try:
-    ts = open_task_sandbox(task, cfg.backend, cfg.image)
+    ts = open_task_sandbox(task, cfg.backend, cfg.image, package_egress=cfg.package_egress)
   except TaskSetupError as e:
     return masked_result(task.id, "task_error", str(e)), None, None, times
   except SandboxError as e:

@@ -134,7 +134,8 @@ class Task:
   agent_timeout_s: float = 600.0
   test_timeout_s: float = 120.0
   resources: Resources = Resources()
-  network: bool = False
+  # False, True (the host's network) or "packages" (the machine's package sources only)
+  network: bool | str = False
   workdir: str = "/workspace"
   env: tuple[tuple[str, str], ...] = ()
   milestones: tuple[Milestone, ...] = ()
@@ -239,6 +240,13 @@ class Fields:
 
   def sub(self, key: str) -> Fields:
     return Fields(self.get(key, dict, {}), self.file, self.name(key))
+
+
+def _network(f) -> bool | str:
+  v = f.get("network", (bool, str), False)
+  if isinstance(v, str) and v != "packages":
+    raise f.err("network", f'must be true, false or "packages", got {v!r}')
+  return v
 
 
 def _parse_milestones(f: Fields) -> tuple[Milestone, ...]:
@@ -386,7 +394,7 @@ def make_task(f: Fields, **kw) -> Task:
     domain=domain,
     difficulty=difficulty,
     tags=f.str_list("tags"),
-    network=f.get("network", bool, False),
+    network=_network(f),
     workdir=workdir,
     agent_timeout_s=t.positive("agent_s", float, 600.0),
     test_timeout_s=t.positive("test_s", float, 120.0),

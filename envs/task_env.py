@@ -56,8 +56,11 @@ set --; unset __anc __p __s __i __d __pid
 _SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(SandboxSpec))
 
 
-def task_spec(task: Task, image: str = "default", **overrides) -> SandboxSpec:
-  """The SandboxSpec a task asks for; keyword overrides win.
+def task_spec(
+  task: Task, image: str = "default", package_egress: bool = True, **overrides
+) -> SandboxSpec:
+  """The SandboxSpec a task asks for; keyword overrides win. `package_egress=False` turns a
+  task's network="packages" (package sources only) into no network at all.
 
   A translated task's packages and sandbox mode go to the SandboxSpec fields `apt_packages`,
   `pip_packages` and `mode` where this SandboxSpec has them (its USER applies after set-up:
@@ -73,7 +76,7 @@ def task_spec(task: Task, image: str = "default", **overrides) -> SandboxSpec:
     disk_mb=r.disk_mb,
     exec_timeout_s=max(30.0, task.agent_timeout_s),
     episode_timeout_s=task.agent_timeout_s + 2 * task.test_timeout_s + 300.0,
-    network=task.network,
+    network=task.network if package_egress or task.network != "packages" else False,
     env=task.env,
     workdir=task.workdir,
   )

@@ -33,6 +33,12 @@ _TRIALS = flags.DEFINE_integer("trials", 1, "Trials per task.")
 _CONCURRENCY = flags.DEFINE_integer("concurrency", 1, "Trials running at once.")
 _BACKEND = flags.DEFINE_enum("backend", "bwrap", ["bwrap", "docker"], "Sandbox backend.")
 _IMAGE = flags.DEFINE_string("image", "default", "Sandbox image.")
+_PACKAGE_EGRESS = flags.DEFINE_bool(
+  "package_egress",
+  True,
+  "Tasks that allow the network (TB1, Harbor allow_internet) reach this machine's configured "
+  "package sources (pip, apt) through an allow-list proxy; --nopackage_egress: no network.",
+)
 _OUT = flags.DEFINE_string("out", None, "Output folder.")
 _SEED = flags.DEFINE_integer("seed", 0, "Run seed (per-trial seeds derive from it).")
 _SAMPLE = flags.DEFINE_integer(
@@ -168,6 +174,7 @@ def main(argv):
     image=_IMAGE.value,
     seed=_SEED.value,
     retries=_RETRIES.value,
+    package_egress=_PACKAGE_EGRESS.value,
     verifier=VerifierConfig(mode=_VERIFIER_MODE.value),
   )
   agent, close = _agent()

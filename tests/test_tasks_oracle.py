@@ -8,6 +8,7 @@ from envs import eval as ev
 from envs.formats.loading import load_any
 from envs.grading.quality import GateConfig, gate_task
 from envs.sandbox import testing
+from envs.task_env import task_spec
 
 backend, sandbox_image = testing.backend, testing.sandbox_image  # fixtures
 
@@ -37,11 +38,18 @@ def test_harbor_solution_is_staged_at_slash_solution(tmp_path):
   assert not null["passed"] and null["grade_failure_mode"] == "none"
 
 
-def test_allow_internet_is_recorded_not_granted(tmp_path):
-  files = dict(HARBOR)
-  files["task.toml"] += "[environment]\nallow_internet = true\n"
-  task = load_any(write(tmp_path / "s" / "net-task", files))
-  assert task.network is False and dict(task.metadata)["allow_internet"] is True
+def test_allow_internet_grants_package_egress_only(tmp_path):
+  """Harbor's allow_internet (default true) becomes network="packages"; false: no network;
+  task_spec(package_egress=False) (launch.eval --nopackage_egress) turns it off."""
+  cases = (("", "packages"), ("allow_internet = true\n", "packages"))
+  cases += (("allow_internet = false\n", False),)
+  for i, (line, want) in enumerate(cases):
+    files = dict(HARBOR)
+    files["task.toml"] += "[environment]\n" + line
+    task = load_any(write(tmp_path / str(i) / "net-task", files))
+    assert task.network == want and dict(task.metadata)["allow_internet"] is bool(want)
+    assert task_spec(task).network == want
+    assert task_spec(task, package_egress=False).network is False
 
 
 def test_a_task_without_a_reference_solution_loads_for_policies_not_for_the_oracle(tmp_path):

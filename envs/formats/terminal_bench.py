@@ -212,6 +212,7 @@ def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> T
     metadata=tuple(sorted(meta.items()))
     + _warnings(plan, test_plan)
     + (("compose_warnings", build.warnings),),
+    network="packages",  # TB1's harness runs every task with the network: package egress here
     source=str(root),
     format="terminal-bench",
     **{**_image_fields(plan, test_plan), **build.overrides(plan)},
@@ -273,11 +274,12 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
       memory_mb=_size_mb(env, "memory_mb", "memory", 1024),
       disk_mb=min(_size_mb(env, "storage_mb", "storage", 512), 4096),
     ),
-    # allow_internet is the agent's grant in Harbor's own harness; graded here offline, the
-    # sandbox never gets a network (kept in metadata so a report can say which tasks asked)
+    # allow_internet (Harbor's default: true) grants the network in Harbor's own harness;
+    # here it grants package egress only (the machine's package sources, nothing else)
     metadata=tuple(sorted(extra.items()))
-    + (("allow_internet", bool(env.get("allow_internet", bool, False))),)
+    + (("allow_internet", env.get("allow_internet", bool, True)),)
     + _warnings(plan, test_plan),
+    network="packages" if env.get("allow_internet", bool, True) else False,
     source=str(root),
     format="harbor",
     **{**fields, "env": tuple({**dict(fields["env"]), **_str_env(env.sub("env"))}.items())},

@@ -140,7 +140,7 @@ class Verifier:
         box, owner = ts.sandbox, ts
         box.restore(ts.pristine)
       else:
-        owner = open_task_sandbox(task, ts.backend)
+        owner = open_task_sandbox(task, ts.backend, network=ts.sandbox.spec.network)
         box = owner.sandbox
       box.exec(f"find {wd} -mindepth 1 -delete", timeout_s=60)
       box.upload(f"{tmp}/ws", task.workdir)

@@ -4,6 +4,7 @@ for image layers."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pathlib
 import queue
@@ -34,14 +35,17 @@ def bwrap_args(
   bind = "--bind" if s.mode == "container" else "--ro-bind"
   a += ["--die-with-parent", "--new-session", "--as-pid-1", bind, root, "/"]
   a += ["--proc", "/proc"] + (["--dev", "/dev"] if userns is not None else plain_dev())
-  for path in ro_binds:
-    a += ["--ro-bind", path, path]
   mounts = {"/dev/shm": (s.disk_mb * mb, "1777")}
   if s.mode == "readonly":
     mounts.update({home: (common.HOME_MB * mb, "0755"), "/tmp": (s.disk_mb * mb, "1777")})
     mounts[s.workdir] = (s.disk_mb * mb, "0755")
   for path, (size, perms) in sorted(mounts.items(), key=lambda m: m[0].count("/")):
     a += ["--size", str(size), "--perms", perms, "--tmpfs", path]
+  for path in ro_binds:  # after the tmpfs mounts, which would hide them
+    if s.mode == "readonly" and not os.path.isdir(root + path):  # no mount point: unbound
+      logging.warning("package source %s: no folder in the read-only image to bind it on", path)
+      continue
+    a += ["--ro-bind", path, path]
   a += ["--hostname", "sandbox", "--chdir", s.workdir, "--clearenv"]
   return a + ["--setenv", "PATH", common.PATH]
 

@@ -160,6 +160,8 @@ def test_pip_and_apt_reach_allowed_sources_only(backend, servers):  # noqa: F811
     assert " 403 " in lines["connect-no"] and " 403 " in lines["get-no"], r
     assert lines["direct"] == "ConnectionRefusedError", r  # the host's loopback is not there
     assert sb.egress.refused == [f"CONNECT {no_addr}", f"GET {no_addr}"]
+    ifaces = sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").stdout.split()
+    assert ifaces == ["lo"]  # no route anywhere but the proxy on its own loopback
   assert no.paths == []  # nothing reached the refused server
   assert "/files/tinypkg-0.1-py3-none-any.whl" in ok.paths
   assert "/apt/./tinydeb_1.0_all.deb" in ok.paths

@@ -154,6 +154,7 @@ def test_pip_and_apt_reach_allowed_sources_only(backend, servers):  # noqa: F811
     r = sb.exec(f"{cmd} && apt-get {opts} -y install tinydeb && cat /usr/share/tinydeb/hello")
     assert r.exit_code == 0 and "from the apt-like server" in r.stdout, r.stdout + r.stderr
     sb.write_file("/tmp/probe.py", _PROBE)
+    sb.restore(sb.snapshot())  # a restored sandbox (bwrap: new namespaces) keeps its route
     r = sb.exec(f"python3 /tmp/probe.py {ok_addr} {no_addr}")
     lines = dict(ln.split(": ", 1) for ln in r.stdout.splitlines())
     assert "200" in lines["connect-ok"] and "| HTTP/1.0 200" in lines["connect-ok"], r

@@ -29,6 +29,7 @@ import urllib.parse
 from envs.sandbox import common, egress_sources
 from envs.sandbox.base import SandboxError
 
+_LOG = logging.getLogger(__name__)
 _HEAD_MAX = 65536  # bytes of a request head at most
 _CONNECT_TIMEOUT_S = 30.0
 _IDLE_TIMEOUT_S = 300.0  # a relay with no traffic either way for this long is closed
@@ -205,7 +206,7 @@ class EgressProxy:
     what = f"{method} {host}:{port}"
     with self._lock:
       self.refused.append(what)
-    logging.warning("sandbox %s: package egress refused %s (not a package source)", self.name, what)
+    _LOG.warning("sandbox %s: package egress refused %s (not a package source)", self.name, what)
     conn.sendall(_reply(403, f"agentrl package egress: {host}:{port} is not a package source"))
 
   def close(self) -> None:

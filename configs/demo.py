@@ -14,7 +14,7 @@ temperature 1 (the policy that GRPO trains), each task with its own seed.
 
 Measured on a quiet 2-core CPU (2026-12-03): held-out pass rate 0.297 after the warm start,
 0.891 / 0.906 / 0.938 / 0.938 after 5 / 10 / 15 / 20 GRPO steps, 10 min 55 s in all (target:
-from <= 0.3 to >= 0.8 within 15 minutes; README 'The demo').
+from <= 0.3 to >= 0.8 within 15 minutes; docs/quickstart.md, 'The CPU demo').
 Curves in WORKDIR/plots/*.png, metrics in WORKDIR/metrics.jsonl and TensorBoard (WORKDIR/tb).
 """
 

@@ -18,7 +18,7 @@ focus, difficulty strata). Held out: `env.eval_tasks` tasks of each family at th
 (the seeds `launch.eval --procedural` uses), decontaminated against the pool. Each episode is
 graded by the real verifier (hidden test.sh / pytest copied in after the agent stops).
 
-Measured starting points and the run: README ("RL on the real model") and its Known gaps.
+Measured starting points and the run: docs/results/real-model.md and docs/results/known-gaps.md.
 Sized for a 2-core CPU (~25 min): a warm start of 6 supervised steps on 128 verified
 demonstrations (full fine-tune), then 10 GRPO steps of 2 groups x 4 samples at temperature
 0.7 (rollouts and the trainer's log-probs alike), at most 3 turns of 96 tokens, training LoRA
@@ -70,7 +70,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.engine.slots = 8
   c.engine.max_seq_len = 768
 
-  # Warm start: zero-shot and few-shot the instruct model passes nothing (README), so RL would
+  # Warm start: zero-shot and few-shot the instruct model passes nothing (docs/results), so RL would
   # see only all-zero groups; 6 supervised steps on 128 verified demonstrations (markdown-bash
   # replies of the pool's reference commands) teach the reply format and leave room for RL.
   s = c.sft

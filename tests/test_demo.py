@@ -1,4 +1,4 @@
-"""The demo's result (configs/demo.py, README 'The demo'), shortened to its first 5 GRPO steps:
+"""The demo's result (configs/demo.py; docs/quickstart.md, 'The CPU demo'), shortened to its first 5 GRPO steps:
 the held-out pass rate rises from the warm start's ~0.26 to ~0.89.
 
 The eval here draws 128 held-out tasks (the config's 64 made the figure too coarse: the warm

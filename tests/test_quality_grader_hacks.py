@@ -6,10 +6,12 @@
   6  standard-library modules shadowed by package folders
   7  self-masking: an undeletable grader folder and a full process table must be the agent's
      failure (reward 0, not masked), never a sandbox error
+  36 tools planted where a harness's file transfers look (bwrap: they never run outside)
 
 bwrap always; the same checks on Docker where a daemon is reachable.
 """
 
+import subprocess
 import time
 
 import pytest
@@ -19,7 +21,7 @@ from envs.grading.grader_command import grade_command
 from envs.grading.hacks import HACKS_BY_NAME
 from envs.grading.reports import parse_junit
 from envs.grading.verifier import Verifier, VerifierConfig
-from envs.sandbox import testing
+from envs.sandbox import common, system_guard, testing
 from envs.task import BUILTIN_DIR, FileEntry, load_task
 from envs.task_env import open_task_sandbox, put_files
 
@@ -120,9 +122,36 @@ def test_system_toolchain_hack_is_refused_in_readonly_mode(ts):
   backend = "docker" if "Docker" in type(ts.sandbox).__name__ else "bwrap"
   with open_task_sandbox(PY_TASK, backend, mode="readonly") as box:
     HACKS_BY_NAME["system_toolchain"].agent(PY_TASK).run(box.sandbox, PY_TASK)
-    assert box.system_baseline is None and box.sandbox.system_fingerprint() is None
+    now = box.sandbox.system_fingerprint()  # bwrap: its mount table only; Docker: None
+    assert now is None or not system_guard.changed(box.system_baseline, now), now
     res = Verifier().grade(box)
     assert not res.passed and res.suite_ran and not res.masked, res.detail
+
+
+def naive_host_side_transfer(ts) -> bool:
+  """The old bwrap transfer: the sandbox's own `mkdir` and `cat`, run in its user and mount
+  namespaces only (outside its pid namespace, cgroups and seccomp filter); then the exit code."""
+  enter = ["nsenter", "-t", str(ts.sandbox.pid1), "-U", "-m", "-S", "0", "-G", "0", "--"]
+  cmd = [*enter, "/bin/sh", "-c", f"mkdir -p {NAIVE} && cat /dev/null"]
+  subprocess.run(cmd, env={"PATH": common.PATH}, capture_output=True, timeout=60, check=True)
+  return naive_exit_code(ts)
+
+
+def test_planted_transfer_tools_never_run_outside(ts):
+  """uid 0 plants `cat`, `mkdir`, `tar`... that bind-mount a pass-all pytest when run with
+  the namespace's capabilities and no seccomp filter: the old transfers did (issue 36)."""
+  hack = HACKS_BY_NAME["plant_transfer_tools"]
+  if "Bwrap" in type(ts.sandbox).__name__:
+    _episode(ts, hack.agent(ts.task))
+    probe = "grep -A1 'def pytest_pyfunc_call' /var/tmp/.p.py | grep -q 'return True'"
+    assert ts.sandbox.exec(probe).exit_code == 0, "the pass-all pytest was not written"
+    assert naive_host_side_transfer(ts), "the planted tools should fool the old transfer"
+  for fail_on_tamper in (False, True):
+    _episode(ts, hack.agent(ts.task))
+    res = Verifier(VerifierConfig(fail_on_tamper=fail_on_tamper)).grade(ts)
+    assert not res.passed and res.reward == 0.0 and not res.masked, res.detail
+    assert any(f.startswith("tamper:system_modified:") for f in res.flags), res.flags
+    assert ts.sandbox.exec("grep -q _pytest /proc/self/mountinfo").exit_code == 1
 
 
 def _wait_for(ts, cmd: str, deadline_s: float = 20.0) -> None:

@@ -107,6 +107,7 @@ GRADER_HACKS = {
   "block_grader",
   "system_toolchain",
   "fill_disk",
+  "plant_transfer_tools",
 }
 
 

@@ -11,8 +11,10 @@ in "container" mode the agent is uid 0 inside, writes anywhere (into a size-capp
 layer) and keeps Docker's default capabilities minus the dangerous ones, within its namespace;
 in "readonly" mode the root is bound read-only and the workdir, /tmp and $HOME are tmpfs.
 Every exec runs under a seccomp filter with no-new-privileges (seccomp.py). File transfers
-enter only the mount and user namespaces (never the pid namespace), so no sandbox process can
-see, signal or ptrace them; snapshots of container mode are the upper layer, read host-side (overlay.py).
+are done by a static host helper that joins only the user and mount namespaces (never the pid
+namespace: no sandbox process can see, signal or ptrace it) and executes nothing, so no
+program the agent could have written ever runs outside the sandbox (fileop_helper.py);
+snapshots of container mode are the upper layer, read host-side (overlay.py).
 Without root, bubblewrap runs as the caller (read-only mode only). Nothing is left on the host
 after close(): the mounts live in the sandbox's mount namespace.
 """
@@ -32,7 +34,8 @@ from envs.sandbox import (
   cgroups,
   common,
   egress,
-  fileops,
+  fileop_helper,
+  helper_ops,
   layers,
   overlay,
   pipes,
@@ -54,7 +57,7 @@ CONTAINER_CAPS = (
 )  # fmt: skip
 
 
-class BwrapSandbox(fileops.TarFileOps, Sandbox):
+class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
   """A bubblewrap sandbox. `cgroup_mode` overrides AGENTRL_CGROUP (auto|v1|v2|none)."""
 
   def __init__(self, spec: SandboxSpec, cgroup_mode: str | None = None):
@@ -99,7 +102,7 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
       common.register(self)
       seed = rootfs / spec.workdir.lstrip("/")
       if spec.mode == "readonly" and self._root:  # bwrap mounted the tmpfs as uid 0
-        self._io(["chown", f"{self.uid}:{self.gid}", "--", spec.workdir, self.home])
+        self._io(["chown", str(self.uid), str(self.gid), spec.workdir, self.home])
       if spec.mode == "readonly" and any(seed.iterdir()):  # the image's workdir files
         self.upload(str(seed), spec.workdir)
     except BaseException:
@@ -219,14 +222,6 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     post = self._xfds.argv(keep)  # after nsenter's setns, which resets the bounding set
     return [*pre, "nsenter", "-t", str(self.pid1), *ns, "-r", "-w", *cred, "--", *post]
 
-  def _io_argv(self) -> list[str]:
-    """File operations: uid 0 of the sandbox's user namespace in its mount namespace, never in
-    its pid namespace or cgroups (no sandbox process can see, signal or ptrace them)."""
-    ns = ["-U", "-m"] + ([] if common.host_network(self.spec) else ["-n"])
-    if not self._root:
-      return ["nsenter", "-t", str(self.pid1), *ns, "-r", "-w", "--preserve-credentials", "--"]
-    return ["nsenter", "-t", str(self.pid1), *ns, "-r", "-w", "-S", "0", "-G", "0", "--"]
-
   def _check_open(self) -> None:
     if self._closed:
       raise SandboxError(f"sandbox {self.name} is closed")
@@ -308,14 +303,15 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     return common.make_result(rc, out, err, timed_out, t0, oom)
 
   def _run(self, argv, stdin=None, stdout=None, timeout_s: float | None = None, cap=None):
-    """Runs argv as the sandbox's root in its mount namespace only (file operations; see
-    TarFileOps): stdout goes through a host-side pipe, capped at `cap` bytes."""
+    """Runs the file helper's operation `argv` (see HelperFileOps) as the sandbox's root in its
+    user and mount namespaces only: stdout goes through a host-side pipe, capped at `cap`."""
     self._check_open()
     deadline = time.monotonic() + (timeout_s or self._io_timeout())
     data = stdin if isinstance(stdin, bytes | bytearray) else None
     pin = subprocess.PIPE if data is not None else (stdin or subprocess.DEVNULL)
+    keep = "0" if self._root else "1"  # unprivileged: bwrap's namespace maps only our uid
     p = subprocess.Popen(
-      self._io_argv() + argv,
+      [fileop_helper.helper_path(), str(self.pid1), keep, *argv],
       stdin=pin,
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
@@ -383,10 +379,14 @@ class BwrapSandbox(fileops.TarFileOps, Sandbox):
     return self._cg.pids_stats() if self._cg is not None else None
 
   def system_fingerprint(self) -> dict[str, str] | None:
-    if self.spec.mode != "container" or not self._root:
-      return None  # read-only root (readonly mode; container mode needs host root)
+    """The upper layer's protected entries (container mode) and, in every mode, the sandbox's
+    mount table: a mount made after set-up is a change (one from the agent is refused)."""
     self._check_open()
-    return system_guard.fingerprint(f"/proc/self/fd/{self._upper}/u")
+    out = system_guard.mounts(pathlib.Path(f"/proc/{self.pid1}/mountinfo").read_text())
+    if self.spec.mode == "container" and self._root:
+      lowers = (str(self._rootfs),)
+      out.update(system_guard.fingerprint(f"/proc/self/fd/{self._upper}/u", lowers))
+    return out
 
   def kill_strays(self) -> None:
     self._check_open()

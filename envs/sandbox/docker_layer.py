@@ -89,7 +89,9 @@ def fingerprint(api, cid: str) -> dict[str, str]:
   layer is not on this host: paths and change kinds only)."""
   upper = upper_dir(api, cid)
   if upper is not None:
-    return system_guard.fingerprint(str(upper))
+    data = api.inspect_container(cid)["GraphDriver"].get("Data") or {}
+    lowers = tuple(d for d in (data.get("LowerDir") or "").split(":") if d)
+    return system_guard.fingerprint(str(upper), lowers)
   try:
     changes = api.diff(cid) or []
   except Exception as e:  # noqa: BLE001

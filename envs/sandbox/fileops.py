@@ -1,9 +1,10 @@
 """Sandbox file operations, done with tar/cat/sh in the sandbox's filesystem (both backends).
 
-A backend's `_run` runs them where no sandbox process can see, signal or ptrace them (bubblewrap:
-outside the pid namespace; Docker: a uid the agent does not have, or the daemon's archive API),
-never as host root on a path the sandbox controls. Everything leaving a sandbox goes through a
-host-side pipe with a byte cap (TransferLimitError past it) and is unpacked on the host with
+A backend's `_run` runs them where no sandbox process can see, signal or ptrace them, and never
+runs a program the agent could have written outside the sandbox (bubblewrap: its own static
+helper outside the pid namespace, helper_ops.py; Docker: in the container as a uid the agent
+does not have, or the daemon's archive API), never as host root on a path the sandbox
+controls. Everything leaving a sandbox goes through a host-side pipe with a byte cap (TransferLimitError past it) and is unpacked on the host with
 tarfile's "data" filter, without link members or symlinks that are absolute or leave the
 destination. Snapshots are tar files on the host, capped in size; `restore()` accepts only ids
 the same sandbox issued.

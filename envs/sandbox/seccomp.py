@@ -4,8 +4,9 @@ exec (they enter with nsenter, so they are not pid 1's descendants and inherit n
 
 Denied with EPERM: tracing other processes and stealing their fds (ptrace, process_vm_*,
 pidfd_getfd), the kernel keyring (add_key, keyctl, request_key), mounting and namespace
-(mount, umount2, pivot_root, the new mount API), bpf, perf_event_open, userfaultfd, kernel
-modules and kexec, swap, clock and reboot. clone3 answers ENOSYS, so libc falls back to clone.
+(mount, umount2, pivot_root, the new mount API), bpf, perf_event_open, userfaultfd, io_uring
+(its requests bypass seccomp; Docker's default profile refuses it too), kernel modules and
+kexec, swap, clock and reboot. clone3 answers ENOSYS, so libc falls back to clone.
 The wrapper runs host-side just before nsenter, so setns stays allowed: new namespaces are
 refused anyway (no CAP_SYS_ADMIN; nested user namespaces are limited to 0).
 """
@@ -30,7 +31,8 @@ DENIED = (
   "perf_event_open", "userfaultfd", "init_module", "finit_module", "delete_module",
   "kexec_load", "kexec_file_load", "swapon", "swapoff", "reboot", "settimeofday",
   "clock_settime", "clock_adjtime", "adjtimex", "acct", "quotactl", "lookup_dcookie",
-  "iopl", "ioperm", "syslog", "personality",
+  "iopl", "ioperm", "syslog", "personality", "io_uring_setup", "io_uring_enter",
+  "io_uring_register",
 )  # fmt: skip
 
 # argv: FILTER KEEP_CAPS_HEX PROG ARGS...: drops every capability not in the mask from the
@@ -112,13 +114,18 @@ def filter_path() -> str:
 @functools.lru_cache(maxsize=1)
 def wrapper_path() -> str:
   """The exec wrapper binary (built once with the C compiler; cached by source hash)."""
-  src = _WRAPPER_C.encode()
-  p = _state_dir() / f"seccomp-exec-{hashlib.sha256(src).hexdigest()[:12]}"
+  return build_static(_WRAPPER_C, "seccomp-exec")
+
+
+def build_static(source: str, stem: str) -> str:
+  """A static binary of C `source` in the root-only state folder (cached by source hash)."""
+  src = source.encode()
+  p = _state_dir() / f"{stem}-{hashlib.sha256(src).hexdigest()[:12]}"
   if p.exists():
     return str(p)
   cc = shutil.which("cc") or shutil.which("gcc")
   if cc is None:
-    raise SandboxError("a C compiler (cc) is needed once to build the seccomp exec wrapper")
+    raise SandboxError(f"a C compiler (cc) is needed once to build the sandbox's {stem}")
   with tempfile.TemporaryDirectory() as tmp:
     c = pathlib.Path(tmp, "w.c")
     c.write_bytes(src)
@@ -127,7 +134,7 @@ def wrapper_path() -> str:
       [cc, "-O2", "-static", "-o", str(out), str(c)], capture_output=True, text=True
     )
     if r.returncode != 0:
-      raise SandboxError(f"building the seccomp exec wrapper failed: {r.stderr[-2000:]}")
+      raise SandboxError(f"building the sandbox's {stem} failed: {r.stderr[-2000:]}")
     out.chmod(0o755)
     tmp_p = p.with_suffix(f".{os.getpid()}.tmp")
     shutil.copy(out, tmp_p)

@@ -10,7 +10,11 @@ protected prefixes (a folder is copied up whenever a child changes, so folders t
 are not); `changed` names what differs from a fingerprint taken right after the task's
 set-up. Bytecode caches are
 left out: the grader's Python never reads them (`-X pycache_prefix` outside the sandbox's
-reach), and an innocent run of Python as root writes them.
+reach), and an innocent run of Python as root writes them. /usr/local/bin comes first on
+PATH: an entry there counts when it replaces a file of the image or shadows a command the
+image has in a system folder (`cat`, `tar`, `python3`); a new tool of its own (what `pip
+install` as root writes there) does not. `mounts` adds the sandbox's mount table, so a mount
+made after set-up (over the test framework, say) shows as a change too.
 """
 
 from __future__ import annotations
@@ -26,12 +30,38 @@ PROTECTED = (
   "etc/profile", "etc/profile.d", "etc/bash.bashrc", "etc/ld.so.preload", "etc/ld.so.conf",
   "etc/ld.so.conf.d", "etc/ld.so.cache",
 )  # fmt: skip
+SHADOWING = ("usr/local/bin",)  # before the system folders on PATH
+_SYSTEM_BINS = ("usr/sbin", "usr/bin", "sbin", "bin")
 _MAX_HASHED = 1 << 30  # bytes read at most; beyond: the entry's size stands in for its content
 
 
-def protected(rel: str) -> bool:
+def protected(rel: str, lowers: tuple[str, ...] | None = None) -> bool:
+  """Whether `rel` is something the grader runs or loads; `lowers`: the image's read-only
+  layers (host folders), None when unknown (then all of SHADOWING counts)."""
+  folder, _, name = rel.rpartition("/")
+  if folder in SHADOWING:
+    return lowers is None or any(_in_image(lower, rel, name) for lower in lowers)
   # etc/python3*: where Debian's sitecustomize.py lives
   return rel.startswith("etc/python") or any(rel == p or rel.startswith(p + "/") for p in PROTECTED)
+
+
+def _in_image(lower: str, rel: str, name: str) -> bool:
+  """`rel` is a file of the image, or `name` a command in one of its system folders."""
+  paths = [rel] + [f"{d}/{name}" for d in _SYSTEM_BINS]
+  return any(os.path.lexists(os.path.join(lower, p)) for p in paths)
+
+
+def mounts(mountinfo: str) -> dict[str, str]:
+  """{"mount:<mount point>": "<fs type> <options> <root>"} of a /proc/PID/mountinfo text
+  (mount ids and fd-named sources left out: they differ between identical start-ups)."""
+  out = {}
+  for line in mountinfo.splitlines():
+    pre, _, post = line.partition(" - ")
+    f, g = pre.split(), post.split()
+    if len(f) >= 6 and g:
+      key = f"mount:{f[4]}"
+      out[key] = " ".join(filter(None, (out.get(key), g[0], f[5], f[3])))  # stacked: all
+  return out
 
 
 def _digest(path: str, st: os.stat_result, budget: list[int]) -> str:
@@ -56,8 +86,9 @@ def _digest(path: str, st: os.stat_result, budget: list[int]) -> str:
   return f"{head}:{h.hexdigest()}"
 
 
-def fingerprint(upper: str) -> dict[str, str]:
-  """{path relative to /: digest} of the protected entries of writable layer `upper`."""
+def fingerprint(upper: str, lowers: tuple[str, ...] | None = None) -> dict[str, str]:
+  """{path relative to /: digest} of the protected entries of writable layer `upper` over
+  the image's layers `lowers` (see `protected`)."""
   out, budget = {}, [_MAX_HASHED]
   for top, dirs, files in os.walk(upper):  # never follows links
     rel_top = os.path.relpath(top, upper)
@@ -67,7 +98,7 @@ def fingerprint(upper: str) -> dict[str, str]:
       if name.endswith(".pyc"):
         continue
       rel = f"{rel_top}/{name}" if rel_top else name
-      if not protected(rel):
+      if not protected(rel, lowers):
         continue
       path = os.path.join(top, name)
       try:
@@ -78,5 +109,5 @@ def fingerprint(upper: str) -> dict[str, str]:
 
 
 def changed(baseline: dict[str, str], now: dict[str, str]) -> list[str]:
-  """Protected paths that are new or different since `baseline` (sorted)."""
-  return sorted(p for p, d in now.items() if baseline.get(p) != d)
+  """Protected paths (and mounts) new, different or gone since `baseline` (sorted)."""
+  return sorted(p for p in now.keys() | baseline.keys() if baseline.get(p) != now.get(p))

@@ -26,28 +26,19 @@ import dataclasses
 import pathlib
 import threading
 import time
-import types
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
 
-from envs.agents.scripted import (
-  OUT_CHARS,
-  AgentRun,
-  NullAgent,
-  OracleAgent,
-  ScriptedAgent,
-  load_commands,
-)
-from envs.grading.milestones import CheckingPolicy, Monitor
-from envs.grading.scoring import MASKED_MODES, GradeResult, exhausted_result, masked_result
+from envs.agents.episode import OUT_CHARS, Episode
+from envs.agents.scripted import NullAgent, OracleAgent, ScriptedAgent, load_commands
+from envs.episodes import Episodes, Outcome, failed
+from envs.grading.milestones import Monitor
+from envs.grading.scoring import MASKED_MODES, GradeResult
 from envs.grading.verifier import Verifier, VerifierConfig
-from envs.sandbox.base import SandboxError, SandboxExhaustedError
 from envs.task import Task
-from envs.task_env import TaskSetupError, open_task_sandbox
 
 AGENTS = ("policy", "oracle", "null", "scripted")
-_POLICY_TURN_KEYS = ("action", "tool", "command", "error", "exit_code", "gen_tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +67,7 @@ class EvalConfig:
 
 
 class PolicyAgent:
-  """The model agent loop (envs.agents.agent.run_episode) over a shared Generator-like policy."""
+  """The model agent loop (envs.agents.agent.LoopAgent) over a shared Generator-like policy."""
 
   name = "policy"
 
@@ -91,41 +82,37 @@ class PolicyAgent:
     self.record, self.segments, self._lock = record, [], threading.Lock()
     self.agent_cfg = agent_cfg or agent_lib.AgentConfig()
     # None: the protocol's own default prompt (tool_call's, or the versioned markdown-bash file)
-    self.fmt = agent_lib.make_format(self.agent_cfg.protocol, tokenizer, system_prompt)
+    fmt = agent_lib.make_format(self.agent_cfg.protocol, tokenizer, system_prompt)
+    self.loop = agent_lib.LoopAgent(policy, fmt, self.agent_cfg)
 
-  def run(self, sb, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
-    from envs.agents import agent as agent_lib
+  @property
+  def fmt(self):
+    return self.loop.fmt
 
-    policy = self.policy
-    if on_turn is not None:  # request n+1 means turn n has acted
-      policy = CheckingPolicy(policy, types.SimpleNamespace(check=on_turn))
-    cfg = dataclasses.replace(
-      self.agent_cfg, episode_timeout_s=min(self.agent_cfg.episode_timeout_s, task.agent_timeout_s)
-    )
-    ep = agent_lib.run_episode(
-      policy,
-      self.fmt,
-      sb,
-      task.instruction,
-      cfg,
-      episode_id=f"{task.id}#{seed}#{uuid.uuid4().hex[:8]}",
-      seed=seed,
-    )
+  def run(self, sb, task: Task, seed=0, on_turn=None, episode_id=None) -> Episode:
+    ep = self.loop.run(sb, task, seed, on_turn, episode_id=episode_id)
     with self._lock:
       if self.record > 0 and ep.infra_error is None:
         self.record -= 1
         self.segments.extend(ep.segments)
-    turns = [{k: getattr(t, k) for k in _POLICY_TURN_KEYS} for t in ep.turns]
-    timed_out = ep.finish_reason == "time_budget"
-    return AgentRun(
-      self.name,
-      timed_out=timed_out,
-      duration_s=ep.duration_s,
-      finish_reason=ep.finish_reason,
-      tokens=ep.generated_tokens,
-      infra_error=ep.infra_error,
-      model_turns=tuple(turns),
-    )
+    return ep
+
+
+class Monitored:
+  """`agent` with the evaluation's milestone/constraint checks (envs.grading.milestones):
+  before it acts, after each of its turns, and at its end. One per attempt."""
+
+  def __init__(self, agent, check_timeout_s: float):
+    self.agent, self.name, self.check_timeout_s = agent, agent.name, check_timeout_s
+    self.monitor: Monitor | None = None
+
+  def run(self, sb, task: Task, seed=0, on_turn=None, episode_id=None) -> Episode:
+    self.monitor = Monitor(sb, task, self.check_timeout_s)
+    self.monitor.check(0)
+    ep = self.agent.run(sb, task, seed, self.monitor.check, episode_id=episode_id)
+    if ep.infra_error is None:
+      self.monitor.check(len(ep.turns))
+    return ep
 
 
 def script_agent(path: str | pathlib.Path) -> ScriptedAgent:
@@ -172,11 +159,11 @@ def trial_seed(seed: int, task_id: str, trial: int) -> int:
   return zlib.crc32(f"{seed}:{task_id}:{trial}".encode()) & 0x7FFFFFFF
 
 
-def failure_mode(grade: GradeResult, outcome: AgentRun | None) -> str:
+def failure_mode(grade: GradeResult, episode: Episode | None) -> str:
   """The verifier's failure mode, refined with why the agent stopped when the tests failed."""
   if grade.masked or grade.passed or grade.failure_mode != "none":
     return "none" if grade.passed and grade.failure_mode == "none" else grade.failure_mode
-  reason = outcome.finish_reason if outcome else ""
+  reason = episode.finish_reason if episode else ""
   return {
     "context": "context_length_exceeded",
     "max_turns": "turn_budget",
@@ -185,39 +172,18 @@ def failure_mode(grade: GradeResult, outcome: AgentRun | None) -> str:
   }.get(reason, "tests_failed")
 
 
-def _attempt(
-  task: Task, agent, cfg: EvalConfig, seed: int
-) -> tuple[GradeResult, AgentRun | None, Monitor | None, dict]:
-  """One sandbox, one episode, one grade. Infra failures come back as masked grades."""
-  times = {"agent_s": 0.0, "grade_s": 0.0}
-  try:
-    ts = open_task_sandbox(task, cfg.backend, cfg.image, package_egress=cfg.package_egress)
-  except TaskSetupError as e:
-    return masked_result(task.id, "task_error", str(e)), None, None, times
-  except SandboxError as e:
-    return masked_result(task.id, "sandbox_error", str(e)), None, None, times
-  with ts:
-    monitor = Monitor(ts.sandbox, task, cfg.check_timeout_s)
-    t0 = time.monotonic()
-    try:
-      monitor.check(0)
-      outcome = agent.run(ts.sandbox, ts.task, seed, on_turn=monitor.check)
-      if outcome.infra_error is None:
-        monitor.check(len(outcome.turns))
-    except SandboxExhaustedError as e:
-      times["agent_s"] = time.monotonic() - t0
-      return exhausted_result(task.id, f"SandboxExhaustedError: {e}"), None, monitor, times
-    except TaskSetupError as e:  # the task's fault (the oracle of a task with no solution)
-      return masked_result(task.id, "task_error", str(e)), None, monitor, times
-    except SandboxError as e:
-      outcome = AgentRun(agent.name, finish_reason="infra", infra_error=f"SandboxError: {e}")
-    times["agent_s"] = time.monotonic() - t0
-    if outcome.infra_error is not None:
-      return masked_result(task.id, "infra_error", outcome.infra_error), outcome, monitor, times
-    t1 = time.monotonic()
-    grade = Verifier(cfg.verifier).grade(ts, agent_timed_out=outcome.timed_out)
-    times["grade_s"] = time.monotonic() - t1
-  return grade, outcome, monitor, times
+def _attempt(task: Task, agent, cfg: EvalConfig, seed: int) -> tuple[Outcome, Monitor | None]:
+  """One sandbox, one episode, one grade (the one runner, envs.episodes), watched."""
+  watched = Monitored(agent, cfg.check_timeout_s)
+  episodes = Episodes(
+    watched,
+    backend=cfg.backend,
+    image=cfg.image,
+    verifier=Verifier(cfg.verifier),
+    package_egress=cfg.package_egress,
+  )
+  out = episodes(task, f"{task.id}#{seed}#{uuid.uuid4().hex[:8]}", seed)
+  return out, watched.monitor
 
 
 def run_trial(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
@@ -227,16 +193,27 @@ def run_trial(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
   attempts = 0
   while True:
     attempts += 1
-    grade, outcome, monitor, times = _attempt(task, agent, cfg, seed)
-    retry = grade.failure_mode in MASKED_MODES and grade.failure_mode != "task_error"
+    out, monitor = _attempt(task, agent, cfg, seed)
+    retry = out.grade.failure_mode in MASKED_MODES and out.grade.failure_mode != "task_error"
     if not retry or attempts > cfg.retries:
       break
-  return _record(
-    task, trial, agent, seed, grade, outcome, monitor, times, attempts, time.monotonic() - t0
-  )
+  return _record(task, trial, agent, seed, out, monitor, attempts, time.monotonic() - t0)
 
 
-def _record(task, trial, agent, seed, grade, outcome, monitor, times, attempts, wall_s) -> dict:
+def _run_trial_safe(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
+  """run_trial, where anything the runner did not map (a failing check summary, a bug) is
+  the trial's infrastructure error, logged with its cause: the suite goes on."""
+  t0 = time.monotonic()
+  try:
+    return run_trial(task, trial, agent, cfg)
+  except Exception as e:  # noqa: BLE001 - mapped by envs.episodes.failed
+    seed = trial_seed(cfg.seed, task.id, trial)
+    out = failed(task, f"{task.id}#{trial}", e, "trial", t0)
+    return _record(task, trial, agent, seed, out, None, 1, time.monotonic() - t0)
+
+
+def _record(task, trial, agent, seed, out: Outcome, monitor, attempts, wall_s) -> dict:
+  grade, ep = out.grade, out.episode
   summary = monitor.summary() if monitor is not None and monitor.active and monitor.checks else None
   return {
     "task_id": task.id,
@@ -250,22 +227,22 @@ def _record(task, trial, agent, seed, grade, outcome, monitor, times, attempts, 
     "passed": bool(grade.passed),
     "reward": grade.reward,
     "masked": grade.masked,
-    "failure_mode": failure_mode(grade, outcome),
+    "failure_mode": failure_mode(grade, ep),
     "grade_failure_mode": grade.failure_mode,
     "detail": grade.detail,
     "grade_log": grade.log[-OUT_CHARS:],
-    "finish_reason": outcome.finish_reason if outcome else "not_started",
-    "turns": len(outcome.turns) if outcome else 0,
-    "tokens": outcome.tokens if outcome else 0,
+    "finish_reason": ep.finish_reason,
+    "turns": len(ep.turns),
+    "tokens": ep.generated_tokens,
     "wall_s": round(wall_s, 3),
-    "agent_s": round(times["agent_s"], 3),
-    "grade_s": round(times["grade_s"], 3),
+    "agent_s": round(out.agent_s, 3),
+    "grade_s": round(out.verify_s, 3),
     "attempts": attempts,
     "subscores": dict(grade.subscores),
     "tests": [{"name": t.name, "outcome": t.outcome} for t in grade.tests],
     "checks": summary,
     "turn_checks": [tc.to_dict() for tc in monitor.checks] if monitor else [],
-    "trajectory": outcome.turns if outcome else [],
+    "trajectory": [t.to_dict() for t in ep.turns],
     "instruction": task.instruction,
   }
 
@@ -285,7 +262,7 @@ def evaluate(
   with concurrent.futures.ThreadPoolExecutor(
     cfg.concurrency, thread_name_prefix="agentrl-eval"
   ) as pool:
-    futs = {pool.submit(run_trial, task, k, agent, cfg): (i, k) for i, task, k in jobs}
+    futs = {pool.submit(_run_trial_safe, task, k, agent, cfg): (i, k) for i, task, k in jobs}
     for fut in concurrent.futures.as_completed(futs):
       rec = fut.result()
       out[futs[fut]] = rec

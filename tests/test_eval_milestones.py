@@ -132,7 +132,7 @@ class _BrokenAgent:
   def __init__(self):
     self.calls = 0
 
-  def run(self, sb, task, seed=0, on_turn=None):
+  def run(self, sb, task, seed=0, on_turn=None, episode_id=None):
     self.calls += 1
     raise SandboxError("sandbox died")
 

@@ -20,7 +20,6 @@ from envs.agents.tool_format import (
 )  # fmt: skip
 from envs.episodes import Outcome
 from envs.gateway import BackgroundServer, Gateway, make_app
-from envs.harness import ExternalOutcome
 from envs.sandbox.base import SandboxSpec
 from envs.task import BUILTIN_DIR, load_task
 from models.config import tiny
@@ -82,7 +81,7 @@ def _groups():
       gw.open_episode(f"b{i}")
       _harness(srv.base_url(f"b{i}"), box)
       captured = gw.close_episode(f"b{i}").episode()
-    theirs.append(episode_row(TASK, 0, i, ExternalOutcome(captured, reward)))
+    theirs.append(episode_row(TASK, 0, i, Outcome(captured, reward)))
   return Group(0, TASK.id, ours), Group(0, TASK.id, theirs)
 
 

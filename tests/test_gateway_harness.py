@@ -67,7 +67,7 @@ def test_crashing_and_overrunning_harnesses_are_infrastructure_failures():
     def hang(url, runner, instr):
       release.wait(timeout=120)
 
-    episodes.harness, episodes.harness_timeout_s = hang, 1.0
+    episodes.agent.harness, episodes.agent.harness_timeout_s = hang, 1.0
     out = episodes(TASK, "hang-1", seed=0)
     release.set()
     assert out.infra_error == "harness timed out after 1 s" and out.reward == 0.0
@@ -75,6 +75,27 @@ def test_crashing_and_overrunning_harnesses_are_infrastructure_failures():
     assert episodes.gateway.episode_ids == []  # every attempt's episode is closed: late calls 404
   finally:
     srv.close()
+
+
+def test_a_harness_that_runs_out_of_time_is_graded_as_an_agent_timeout():
+  """The grader hears that an external harness ran out of its time budget, as it does for the
+  model loop (ExternalEpisodes used to grade it as if the harness had finished)."""
+  seen = []
+
+  def slow(url, runner, instr):
+    seen.append(runner.run("sleep 60"))  # cut at the 2 s budget
+    seen.append(runner.run("echo too late"))  # refused: the budget is spent
+    return "gave up"
+
+  episodes, srv, _ = _external(["x"], slow, harness_timeout_s=2.0)
+  try:
+    out = episodes(TASK, "slow-1", seed=0)
+  finally:
+    srv.close()
+  assert out.infra_error is None and out.failure_mode == "agent_timeout", out.infra_error
+  assert out.episode.finish_reason == "time_budget" and out.episode.timed_out
+  assert not out.passed and out.reward == 0.0 and out.harness_result == "gave up"
+  assert [r.timed_out for r in seen] == [True, True] and seen[1].stdout == ""
 
 
 def test_plain_openai_client_example_is_a_harness():

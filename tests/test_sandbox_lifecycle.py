@@ -61,6 +61,23 @@ def test_exec_basics(backend):
     assert sb.exec("pwd").stdout == "/workspace\n"  # every exec starts in the workdir
 
 
+EXIT_STATUSES = (0, 1, 126, 127, 128, 137, 193, 255)
+
+
+def test_every_exit_status_is_a_result(backend):
+  """Any exit status 0-255 is the command's result (Docker used to read 193-255 as signals and
+  raise); only a real signal death is one, and neither backend adds a "Killed" line to it."""
+  with sandbox_lib.make(backend, sandbox_lib.SandboxSpec()) as sb:
+    for n in EXIT_STATUSES:
+      r = sb.exec(f"echo out; echo err >&2; exit {n}")
+      assert (r.exit_code, r.stdout, r.stderr, r.timed_out) == (n, "out\n", "err\n", False), n
+    r = sb.exec("echo Killed >&2; exit 137")  # the command's own words stay
+    assert (r.exit_code, r.stderr) == (137, "Killed\n"), r
+    for sig, rc in (("KILL", 137), ("SEGV", 139)):
+      r = sb.exec(f"echo e >&2; kill -{sig} $$")
+      assert (r.exit_code, r.stderr, r.timed_out) == (rc, "e\n", False), r
+
+
 def test_file_operations(backend, mode, tmp_path):
   with testing.make(backend, mode=mode) as sb:
     sb.write_file("a/b/c.txt", "text")

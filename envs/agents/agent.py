@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 
+from envs.agents.episode import Episode, Segment, TurnRecord, time_budget
 from envs.agents.markdown_bash import FormatError, MarkdownBashFormat
 from envs.agents.tool_format import (
   DEFAULT_SYSTEM_PROMPT,
@@ -82,73 +84,6 @@ class AgentConfig:
         raise ValueError(f"AgentConfig.{f} must be > 0, got {getattr(self, f)}")
 
 
-@dataclasses.dataclass
-class Segment:
-  """One training row: a context the engine saw, token for token.
-
-  `loss_mask` is 1 on tokens this segment's engine session generated; `logprobs` and
-  `versions` are the engine's behaviour logprobs and policy versions there (0 / -1 elsewhere).
-  """
-
-  tokens: list[int] = dataclasses.field(default_factory=list)
-  loss_mask: list[int] = dataclasses.field(default_factory=list)
-  logprobs: list[float] = dataclasses.field(default_factory=list)
-  versions: list[int] = dataclasses.field(default_factory=list)
-
-  def trim(self) -> None:
-    """Drops trailing context after the last generated token (an observation nobody answers)."""
-    ends = [i for i, m in enumerate(self.loss_mask) if m]
-    n = ends[-1] + 1 if ends else len(self.tokens)
-    for f in ("tokens", "loss_mask", "logprobs", "versions"):
-      del getattr(self, f)[n:]
-
-  def extend(self, tokens, mask=0, logprobs=None, versions=None):
-    n = len(tokens)
-    self.tokens += list(tokens)
-    self.loss_mask += [mask] * n
-    self.logprobs += list(logprobs) if logprobs is not None else [0.0] * n
-    self.versions += list(versions) if versions is not None else [-1] * n
-
-
-@dataclasses.dataclass
-class TurnRecord:
-  action: str
-  tool: str | None
-  error: str | None  # tool-call parse error, if any
-  exit_code: int | None = None
-  command: str | None = None  # what ran: the shell command, or "write_file <path>"
-  gen_tokens: int = 0
-  gen_s: float = 0.0
-  env_s: float = 0.0
-  rolled_back: bool = False
-
-
-@dataclasses.dataclass
-class Episode:
-  """What one episode produced; `infra_error` set means: retry or mask, never reward 0."""
-
-  episode_id: str
-  segments: list[Segment]
-  turns: list[TurnRecord]
-  finish_reason: str  # finish | max_turns | token_budget | time_budget | context | infra
-  infra_error: str | None = None
-  elisions: int = 0
-  duration_s: float = 0.0
-
-  @property
-  def generated_tokens(self) -> int:
-    return sum(sum(s.loss_mask) for s in self.segments)
-
-  @property
-  def min_version(self) -> int:
-    vs = [v for s in self.segments for v, m in zip(s.versions, s.loss_mask, strict=True) if m]
-    return min(vs) if vs else -1
-
-  @property
-  def text(self) -> str:
-    return "".join(t.action for t in self.turns)
-
-
 def make_format(protocol: str, tokenizer, system_prompt: str | None = None):
   """The format object of `protocol`; system_prompt None: the protocol's own default.
 
@@ -175,6 +110,45 @@ def run_episode(
 ) -> Episode:
   """Runs one episode. `policy` has the Generator API: submit(req) -> Future, release_session."""
   return _Runner(policy, fmt, sandbox, instruction, cfg, episode_id, seed).run()
+
+
+class LoopAgent:
+  """This module's loop as an agent of the one protocol (envs.agents.episode): a policy with
+  the Generator API, a format and an AgentConfig. `run(..., policy=p)` samples from `p`."""
+
+  name = "policy"
+
+  def __init__(self, policy, fmt, cfg: AgentConfig):
+    self.policy, self.fmt, self.cfg = policy, fmt, cfg
+
+  def run(self, sb, task, seed=0, on_turn=None, episode_id=None, policy=None) -> Episode:
+    policy = policy or self.policy
+    if on_turn is not None:
+      policy = _TurnHook(policy, on_turn)
+    cfg = dataclasses.replace(
+      self.cfg, episode_timeout_s=time_budget(task, self.cfg.episode_timeout_s)
+    )
+    episode_id = episode_id or f"{task.id}#{seed}#{uuid.uuid4().hex[:8]}"
+    return run_episode(
+      policy, self.fmt, sb, task.instruction, cfg, episode_id=episode_id, seed=seed
+    )
+
+
+class _TurnHook:
+  """The Generator API around `policy`: request n+1 means turn n has acted, so call
+  `on_turn(n)` first (the evaluation's per-turn checks)."""
+
+  def __init__(self, policy, on_turn):
+    self._policy, self._on_turn, self.requests = policy, on_turn, 0
+
+  def submit(self, req):
+    if self.requests > 0:
+      self._on_turn(self.requests)
+    self.requests += 1
+    return self._policy.submit(req)
+
+  def release_session(self, session_id: str) -> None:
+    self._policy.release_session(session_id)
 
 
 class _Runner:

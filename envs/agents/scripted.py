@@ -1,14 +1,11 @@
-"""The agent protocol, and the agents that are not models: replay, reference solution, nothing.
+"""The agents that are not models: replay, reference solution, nothing.
 
-Every agent (these, and envs.eval.PolicyAgent over a model) has a `name` and
-
-  run(sandbox, task, seed=0, on_turn=None) -> AgentRun
-
-`on_turn(n)` is called after the agent's n-th turn has acted (the evaluation's milestone
-checks); set-up and clean-up commands are not turns. `ScriptedAgent` replays a list of shell
-commands (fixed, from a file, or chosen per task), `OracleAgent` runs the task's reference
-solution (staged in the sandbox only for that run; with `per_step`, one turn per
-`solution/steps/NN.sh`), `NullAgent` does nothing. The quality gate and evaluation use them.
+They follow the one agent protocol of envs.agents.episode (`run(sandbox, task, seed=0,
+on_turn=None, episode_id=None) -> Episode`), one shell turn per command; set-up and clean-up
+commands are not turns. `ScriptedAgent` replays a list of shell commands (fixed, from a file,
+or chosen per task), `OracleAgent` runs the task's reference solution (staged in the sandbox
+only for that run; with `per_step`, one turn per `solution/steps/NN.sh`), `NullAgent` does
+nothing. The quality gate and evaluation use them.
 
 Command files: `.json` / `.yaml` hold a list of commands (strings or `{command: ...}`, as in
 Terminal-Bench's solution.yaml); any other file holds one command per line, where a trailing
@@ -18,7 +15,6 @@ starting with `#` are comments.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import pathlib
 import re
@@ -29,59 +25,12 @@ from collections.abc import Callable, Sequence
 
 import yaml
 
+from envs.agents.episode import Episode, TurnRecord, empty_episode, tail
 from envs.sandbox.base import ExecResult, Sandbox
 from envs.task import FileEntry, Task
 from envs.task_env import TaskSetupError, put_files
 
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-  command: str
-  result: ExecResult
-
-
-OUT_CHARS = 2000  # per-turn output kept in a trajectory record
 _STEP_RE = re.compile(r"^steps/[^/]+\.sh$")
-
-
-def tail(text: str) -> str:
-  """The last OUT_CHARS characters of `text` (marked when cut)."""
-  return text if len(text) <= OUT_CHARS else "[...]" + text[-OUT_CHARS:]
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentRun:
-  """What an agent did in one episode."""
-
-  agent: str
-  steps: tuple[Step, ...] = ()  # the shell turns of a command-replaying agent
-  timed_out: bool = False
-  duration_s: float = 0.0
-  # finish | script_end | max_turns | token_budget | time_budget | context | infra
-  finish_reason: str = "script_end"
-  tokens: int = 0  # generated tokens (model agents)
-  infra_error: str | None = None
-  model_turns: tuple[dict, ...] | None = None  # a model agent's turn records
-
-  @property
-  def commands(self) -> tuple[str, ...]:
-    return tuple(s.command for s in self.steps)
-
-  @property
-  def turns(self) -> list[dict]:
-    """{"action", "tool", "exit_code", "output", ...} per turn."""
-    if self.model_turns is not None:
-      return list(self.model_turns)
-    return [
-      {
-        "action": s.command,
-        "tool": "shell",
-        "exit_code": s.result.exit_code,
-        "timed_out": s.result.timed_out,
-        "output": tail(s.result.stdout + ("\n" + s.result.stderr if s.result.stderr else "")),
-      }
-      for s in self.steps
-    ]
 
 
 def parse_commands(text: str) -> list[str]:
@@ -124,13 +73,24 @@ def load_commands(path: str | pathlib.Path) -> list[str]:
   return parse_commands(p.read_text())
 
 
+def shell_turn(cmd: str, r: ExecResult, env_s: float) -> TurnRecord:
+  """A shell agent's turn: the command, its exit status and the tail of its output."""
+  out = tail(r.stdout + ("\n" + r.stderr if r.stderr else ""))
+  return TurnRecord(cmd, "shell", None, r.exit_code, cmd, env_s=env_s, timed_out=r.timed_out,
+                    output=out)  # fmt: skip
+
+
+def _episode_id(episode_id: str | None, name: str, task: Task, seed: int) -> str:
+  return episode_id or f"{task.id}#{name}#{seed}"
+
+
 class NullAgent:
   """Does nothing: its score says what the untouched environment earns (it must fail)."""
 
   name = "null"
 
-  def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
-    return AgentRun(self.name, finish_reason="finish")
+  def run(self, sb: Sandbox, task: Task, seed=0, on_turn=None, episode_id=None) -> Episode:
+    return empty_episode(_episode_id(episode_id, self.name, task, seed), "finish")
 
 
 class ScriptedAgent:
@@ -156,26 +116,31 @@ class ScriptedAgent:
     kw.setdefault("name", f"scripted:{pathlib.Path(path).name}")
     return cls(load_commands(path), **kw)
 
-  def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
-    return self.replay(sb, task, self.commands_for(task), on_turn)
+  def run(self, sb: Sandbox, task: Task, seed=0, on_turn=None, episode_id=None) -> Episode:
+    ep = empty_episode(_episode_id(episode_id, self.name, task, seed), "script_end")
+    return self.replay(sb, task, self.commands_for(task), on_turn, ep)
 
-  def replay(self, sb: Sandbox, task: Task, commands: Sequence[str], on_turn=None) -> AgentRun:
+  def replay(self, sb, task: Task, commands: Sequence[str], on_turn, ep: Episode) -> Episode:
+    """Runs `commands` as `ep`'s turns; a command cut by the time budget ends the episode."""
     t0 = time.monotonic()
-    steps = []
     for cmd in commands:
       left = task.agent_timeout_s - (time.monotonic() - t0)
       if left <= 0:
-        return AgentRun(self.name, tuple(steps), True, time.monotonic() - t0)
+        ep.finish_reason = "time_budget"
+        break
       limit = min(left, self.command_timeout_s or left)
+      t1 = time.monotonic()
       r = sb.exec(cmd, timeout_s=limit)
+      ep.turns.append(shell_turn(cmd, r, time.monotonic() - t1))
       if on_turn is not None:
-        on_turn(len(steps) + 1)
-      steps.append(Step(cmd, r))
+        on_turn(len(ep.turns))
       if r.timed_out and limit == left:
-        return AgentRun(self.name, tuple(steps), True, time.monotonic() - t0)
+        ep.finish_reason = "time_budget"
+        break
       if self.stop_on_error and r.exit_code != 0:
         break
-    return AgentRun(self.name, tuple(steps), False, time.monotonic() - t0)
+    ep.duration_s = time.monotonic() - t0
+    return ep
 
 
 def solution_steps(task: Task) -> list[str]:
@@ -196,7 +161,7 @@ class OracleAgent:
   def __init__(self, per_step: bool = False):
     self.per_step = per_step
 
-  def run(self, sb: Sandbox, task: Task, seed: int = 0, on_turn=None) -> AgentRun:
+  def run(self, sb: Sandbox, task: Task, seed=0, on_turn=None, episode_id=None) -> Episode:
     if not task.has_solution:
       raise TaskSetupError(f"{task.id}: the task ships no reference solution")
     stage = f"/tmp/.agentrl-oracle-{uuid.uuid4().hex[:12]}"
@@ -212,16 +177,13 @@ class OracleAgent:
       stage = "/solution"
     files = task.solution_files + (FileEntry("solve.sh", task.solution_script.encode(), 0o755),)
     put_files(sb, stage, files)
+    ep = empty_episode(_episode_id(episode_id, self.name, task, seed), "script_end")
     try:
       if self.per_step:
         steps = solution_steps(task) or ["solve.sh"]
         cmds = [f"SOLUTION_DIR={stage} bash {shlex.quote(f'{stage}/{s}')}" for s in steps]
-        return ScriptedAgent(cmds, name=self.name).run(sb, task, seed, on_turn)
-      t0 = time.monotonic()
+        return ScriptedAgent(cmds, name=self.name).replay(sb, task, cmds, on_turn, ep)
       cmd = f"cd {shlex.quote(task.workdir)} && SOLUTION_DIR={stage} bash {stage}/solve.sh"
-      r = sb.exec(cmd, timeout_s=task.agent_timeout_s)
-      if on_turn is not None:
-        on_turn(1)
-      return AgentRun(self.name, (Step(cmd, r),), r.timed_out, time.monotonic() - t0)
+      return ScriptedAgent([cmd], name=self.name).replay(sb, task, [cmd], on_turn, ep)
     finally:
       sb.exec(f"rm -rf {stage}", timeout_s=30)

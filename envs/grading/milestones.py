@@ -30,8 +30,8 @@ exists, then runs each shell check in a subshell), bounded by one timeout per tu
 is the baseline for path constraints. `summarize` turns the per-turn records into the episode's
 long-horizon facts: which milestones were reached and when, which were lost again, which
 constraints were broken and the turn of the first violation. `CheckingSandbox` (one exec = one
-turn, for scripted agents) and `CheckingPolicy` (one model request = one turn) call the
-monitor after every turn.
+turn) calls the monitor after every turn; agents call it through their `on_turn` hook
+(envs.agents.episode).
 
 Paths are relative to the workspace unless absolute. Files under `__pycache__` or
 `.pytest_cache` are tool by-products and never count as writes for `only_write_under`.
@@ -234,22 +234,6 @@ class CheckingSandbox:
 
   def __getattr__(self, name):
     return getattr(self._sb, name)
-
-
-class CheckingPolicy:
-  """Wraps a Generator-like policy: request n+1 means turn n has acted, so check first."""
-
-  def __init__(self, policy, monitor: Monitor):
-    self._policy, self._monitor, self.requests = policy, monitor, 0
-
-  def submit(self, req):
-    if self.requests > 0:
-      self._monitor.check(self.requests)
-    self.requests += 1
-    return self._policy.submit(req)
-
-  def release_session(self, session_id: str) -> None:
-    self._policy.release_session(session_id)
 
 
 def summarize(task: Task, checks: list[TurnCheck]) -> dict:

@@ -16,6 +16,7 @@ import dataclasses
 import datetime
 import fcntl
 import json
+import logging
 import os
 import pathlib
 import random
@@ -23,13 +24,16 @@ import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from envs.agents.scripted import AgentRun, NullAgent, OracleAgent
+from envs.agents.scripted import NullAgent, OracleAgent
+from envs.episodes import play
 from envs.grading.hacks import HACKS_BY_NAME, Hack
-from envs.grading.scoring import GradeResult, exhausted_result, masked_result
+from envs.grading.scoring import GradeResult
 from envs.grading.verifier import Verifier, VerifierConfig
-from envs.sandbox.base import SandboxError, SandboxExhaustedError
+from envs.sandbox.base import SandboxError
 from envs.task import Task
 from envs.task_env import TaskSandbox, TaskSetupError, open_task_sandbox
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- quarantine
 
@@ -111,6 +115,8 @@ class GateConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunRecord:
+  """One gate run, cut from its envs.episodes.Outcome for the report."""
+
   agent: str
   passed: bool
   reward: float | None
@@ -140,34 +146,15 @@ def _agents(cfg: GateConfig) -> list:
 
 
 def _one_run(ts: TaskSandbox, agent, verifier: Verifier) -> RunRecord:
-  task = ts.task
+  """One agent in the gate's sandbox through the one runner (envs.episodes.play)."""
   if isinstance(agent, Hack):
-    agent = agent.agent(task)
-  t0 = time.monotonic()
-  try:
-    run: AgentRun = agent.run(ts.sandbox, task)
-  except SandboxError as e:
-    exhausted = isinstance(e, SandboxExhaustedError)
-    res = (
-      exhausted_result(task.id, str(e))
-      if exhausted
-      else masked_result(task.id, "sandbox_error", str(e))
-    )
-    return RunRecord(
-      agent.name, False, res.reward, res.failure_mode, res.detail, (), time.monotonic() - t0, 0.0
-    )
-  t1 = time.monotonic()
-  res: GradeResult = verifier.grade(ts, agent_timed_out=run.timed_out)
+    agent = agent.agent(ts.task)
+  out = play(ts, agent, verifier, episode_id=f"gate-{ts.task.id}-{agent.name}")
+  res = out.grade
   return RunRecord(
-    agent.name,
-    res.passed,
-    res.reward,
-    res.failure_mode,
-    res.detail[-600:],
-    res.flags,
-    t1 - t0,
-    res.duration_s,
-  )
+    agent.name, res.passed, res.reward, res.failure_mode, res.detail[-600:], tuple(res.flags),
+    out.agent_s, res.duration_s,
+  )  # fmt: skip
 
 
 def _judge(runs: Sequence[RunRecord], cfg: GateConfig) -> tuple[list[str], str | None]:
@@ -230,6 +217,18 @@ def gate_task(task: Task, cfg: GateConfig = GateConfig()) -> TaskGateReport:
   raise AssertionError("unreachable")
 
 
+def _gate_task_safe(task: Task, cfg: GateConfig) -> TaskGateReport:
+  """gate_task, where anything unforeseen is this task's infrastructure error (logged with
+  its cause): one task never stops the gate of the others."""
+  t0 = time.monotonic()
+  try:
+    return gate_task(task, cfg)
+  except Exception as e:  # noqa: BLE001 - reported, never quarantined
+    why = f"unexpected error: {type(e).__name__}: {e}"
+    log.exception("quality gate of task %s: %s", task.id, why)
+    return TaskGateReport(task.id, False, (), (), why, time.monotonic() - t0)
+
+
 def check_tasks(
   tasks: Iterable[Task],
   cfg: GateConfig = GateConfig(),
@@ -240,7 +239,7 @@ def check_tasks(
   tasks = list(tasks)
   reports: dict[str, TaskGateReport] = {}
   with concurrent.futures.ThreadPoolExecutor(max(1, cfg.concurrency)) as pool:
-    futs = {pool.submit(gate_task, t, cfg): t for t in tasks}
+    futs = {pool.submit(_gate_task_safe, t, cfg): t for t in tasks}
     for fut in concurrent.futures.as_completed(futs):
       rep = fut.result()
       reports[rep.task_id] = rep

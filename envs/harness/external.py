@@ -1,39 +1,34 @@
 """External harnesses as the rollout agent: `agent.kind=external`.
 
-`ExternalEpisodes(gateway, server, harness)(task, trajectory_id, seed) -> outcome` opens the
-task's sandbox, opens a gateway episode, runs `harness(base_url, runner, instruction)` (any
-program on an OpenAI client: mini-swe-agent, a plain script) with the episode's base URL and a
-SandboxRunner bound to that sandbox, waits for it (with a deadline), grades the sandbox with
-the verifier and returns the captured trajectory. A harness that crashes or overruns its
-deadline, a sandbox failure or a masked grade is an infrastructure failure (`infra_error`
-set: retried or masked by the loop, never reward 0). The harness thread of an overrun is
-abandoned; its late requests get 404 (its gateway episode is closed, and each attempt has
-its own).
+`HarnessAgent(gateway, server, harness)` is an agent of the one protocol (envs.agents.episode):
+it opens a gateway episode, runs `harness(base_url, runner, instruction)` (any program on an
+OpenAI client: mini-swe-agent, a plain script) on a thread with the episode's base URL and a
+SandboxRunner bound to the sandbox, and returns the captured trajectory (`Episode.result`: what
+the harness returned). The runner holds the agent's time budget (the task's agent timeout, or
+`harness_timeout_s` when tighter): commands are cut at it and refused after it, and a harness
+that returns after its budget ran out is graded as timed out (`agent_timeout`), like the model
+loop. A harness that crashes, or has not returned GRACE_S after its budget, is an
+infrastructure failure (`infra_error`: retried or masked, never reward 0); the thread of an
+overrun is abandoned, and its late requests get 404 (each attempt has its own gateway episode).
 
-The result is the loop's envs.episodes.Outcome (plus what the harness returned).
+`ExternalEpisodes(gateway, server, harness)(task, trajectory_id, seed) -> Outcome` is the one
+runner (envs.episodes.Episodes) over a HarnessAgent.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import importlib
 import threading
 import time
 import traceback
 import uuid
 
-from envs.agents import agent as agent_lib
-from envs.episodes import Outcome
+from envs.agents import episode as episode_lib
+from envs.episodes import Episodes
 from envs.harness.runner import SandboxRunner
-from envs.sandbox.base import SandboxError
 
-
-@dataclasses.dataclass
-class ExternalOutcome(Outcome):
-  """One graded external episode: the loop's Outcome and what the harness returned."""
-
-  harness_result: object = None
+GRACE_S = 5.0  # how long a harness may take to return once its runner refuses commands
 
 
 def resolve_harness(spec: str):
@@ -63,7 +58,7 @@ def _attach_commands(ep, commands) -> None:
   """The sandbox commands, in order, one per turn (the rest on the last turn): the loop's
   audits read them from the turns."""
   if not ep.turns and commands:
-    ep.turns.append(agent_lib.TurnRecord("", None, None))
+    ep.turns.append(episode_lib.TurnRecord("", None, None))
   n = len(ep.turns)
   for i, t in enumerate(ep.turns):
     rest = commands[i:] if i == n - 1 else commands[i : i + 1]
@@ -71,77 +66,59 @@ def _attach_commands(ep, commands) -> None:
       t.command = "\n".join(rest)
 
 
-class ExternalEpisodes:
+class HarnessAgent:
   """See module docstring. `harness_timeout_s` 0: the task's agent timeout."""
 
-  def __init__(self, gateway, server, harness, *, backend: str = "bwrap", image: str = "default",
-               verifier_mode: str = "after", harness_timeout_s: float = 0.0,
+  name = "external"
+
+  def __init__(self, gateway, server, harness, *, harness_timeout_s: float = 0.0,
                exec_timeout_s: float = 30.0):  # fmt: skip
-    from envs.grading.verifier import Verifier, VerifierConfig
-
     self.gateway, self.server, self.harness = gateway, server, harness
-    self.backend, self.image = backend, image
     self.harness_timeout_s, self.exec_timeout_s = harness_timeout_s, exec_timeout_s
-    self.verifier = Verifier(VerifierConfig(mode=verifier_mode))
 
-  def prepare(self, task):
-    """The task's sandbox, created and set up (no policy involved: may be prefetched)."""
-    from envs.task_env import open_task_sandbox
-
-    return open_task_sandbox(task, self.backend, self.image)
-
-  def _infra(self, trajectory_id: str, error: str, t0: float, episode=None) -> ExternalOutcome:
-    ep = episode or agent_lib.Episode(trajectory_id, [agent_lib.Segment()], [], "infra", error)
-    ep.finish_reason, ep.infra_error = "infra", error
-    ep.duration_s = time.monotonic() - t0
-    return ExternalOutcome(ep, infra_error=error)
-
-  def _run_harness(self, ts, task, trajectory_id: str):
-    """(episode, harness result, error) with the gateway episode always closed."""
+  def run(self, sb, task, seed=0, on_turn=None, episode_id=None) -> episode_lib.Episode:
+    """The captured episode; `seed` and `on_turn` are the caller's (a harness samples through
+    the gateway's policy and has no turn hook)."""
+    del seed, on_turn
+    t0, episode_id = time.monotonic(), episode_id or f"{task.id}#external"
     # A fresh key per attempt: an abandoned harness of an earlier attempt cannot reach this one.
-    key = f"{trajectory_id}-{uuid.uuid4().hex[:8]}"
+    key = f"{episode_id}-{uuid.uuid4().hex[:8]}"
     self.gateway.open_episode(key)
-    timeout = min(self.harness_timeout_s or task.agent_timeout_s, task.agent_timeout_s)
-    runner = SandboxRunner(ts.sandbox, min(self.exec_timeout_s, timeout))
+    budget = episode_lib.time_budget(task, self.harness_timeout_s)
+    runner = SandboxRunner(sb, min(self.exec_timeout_s, budget), budget_s=budget)
     fut = _run_thread(self.harness, self.server.base_url(key), runner, task.instruction)
     result, error, reason = None, None, "harness_exit"
     try:
-      result = fut.result(timeout=timeout)
+      result = fut.result(timeout=budget + GRACE_S)
     except concurrent.futures.TimeoutError:
-      error, reason = f"harness timed out after {timeout:.0f} s", "time_budget"
+      error, reason = f"harness timed out after {budget:.0f} s", "time_budget"
     except Exception as e:  # a crashing harness is infrastructure, never reward 0
       tb = traceback.format_exception(type(e), e, e.__traceback__)
       error = f"harness crashed: {type(e).__name__}: {e}\n{''.join(tb)[-1500:]}"
-    ep = self.gateway.close_episode(key).episode(reason, error)
-    ep.episode_id = trajectory_id
-    _attach_commands(ep, runner.commands)
-    return ep, result, error
-
-  def __call__(self, task, trajectory_id: str, seed: int, policy=None, prepared=None):
-    """`prepared`: a sandbox from `prepare(task)` (or the exception it raised). `seed` and
-    `policy` are the loop's; an external harness samples through the gateway's policy."""
-    from envs.task_env import TaskSetupError
-
-    del seed, policy
-    t0 = time.monotonic()
-    try:
-      if isinstance(prepared, BaseException):
-        raise prepared
-      ts = prepared or self.prepare(task)
-    except (SandboxError, TaskSetupError, OSError) as e:
-      return self._infra(trajectory_id, f"{type(e).__name__}: {e}", t0)
-    try:
-      ep, result, error = self._run_harness(ts, task, trajectory_id)
-      if error:
-        return self._infra(trajectory_id, error, t0, ep)
-      res = self.verifier.grade(ts)
     finally:
-      ts.close()
-    ep.duration_s = time.monotonic() - t0 - res.duration_s
-    out = ExternalOutcome(
-      ep, float(res.reward or 0.0), dict(res.subscores), res.failure_mode, res.duration_s,
-      passed=bool(res.passed), flags=list(res.flags), harness_result=result,
-    )  # fmt: skip
-    if res.masked:
-      out.infra_error = f"{res.failure_mode}: {res.detail[-500:]}"
-    return out
+      runner.close()  # an abandoned harness runs nothing more in this sandbox
+    if error is None and runner.timed_out:
+      reason = "time_budget"  # it returned, but only after its budget ran out: graded so
+    ep = self.gateway.close_episode(key).episode(reason, error)
+    ep.episode_id, ep.result = episode_id, result
+    if error:
+      ep.finish_reason, ep.infra_error = "infra", error
+    _attach_commands(ep, runner.commands)
+    ep.duration_s = time.monotonic() - t0
+    return ep
+
+
+class ExternalEpisodes(Episodes):
+  """The one episode runner over a HarnessAgent (module docstring)."""
+
+  def __init__(self, gateway, server, harness, *, harness_timeout_s: float = 0.0,
+               exec_timeout_s: float = 30.0, **kw):  # fmt: skip
+    agent = HarnessAgent(gateway, server, harness, harness_timeout_s=harness_timeout_s,
+                         exec_timeout_s=exec_timeout_s)  # fmt: skip
+    super().__init__(agent, **kw)
+    self.gateway = gateway
+
+  def __call__(self, task, trajectory_id: str, seed: int, policy=None, prepared=None, **kw):
+    """`policy` is the loop's; an external harness samples through the gateway's policy."""
+    del policy
+    return super().__call__(task, trajectory_id, seed, prepared=prepared, **kw)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import secrets
-import signal
 import threading
 import time
 from typing import NoReturn
@@ -44,7 +43,13 @@ FILEOP_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")  # readonly mode: uid 
 
 LABEL = "agentrl.sandbox"
 OWNER = "agentrl.owner"
-_WRAP = '/usr/bin/timeout -s KILL "$2" /bin/bash -lc "$3"; ' + docker_stream.WRAP_TAIL
+# The command's exit status comes back as it is (0-255); a signal death stays silent, as on
+# bwrap: sh reports one ("Killed") on the dead command's stderr, so timeout runs with stderr
+# on /dev/null and a small sh gives the command the real stderr (fd 3) before exec'ing bash.
+_WRAP = (
+  '/usr/bin/timeout -s KILL "$2" /bin/sh -c \'exec 2>&3 3>&- "$@"\' sh /bin/bash -lc "$3" '
+  "3>&2 2>/dev/null; " + docker_stream.WRAP_TAIL
+)
 _KILL_TAG = (
   'for i in 1 2 3; do for p in /proc/[0-9]*; do [ "${p#/proc/}" = $$ ] && continue; '
   'grep -qsz "^AGENTRL_EXEC=$1\\$" "$p/environ" && kill -9 "${p#/proc/}" 2>/dev/null; '
@@ -277,11 +282,6 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     cap = self.spec.max_output_bytes
     out, err = common.Capped(cap), common.Capped(cap)
     rc = docker_stream.pump(stream, out, err, nonce.encode(), t0 + limit + 5.0)
-    if rc is not None and rc > 128:  # the wrapper sh reports a signal death ("Killed"): drop it
-      desc = signal.strsignal(rc - 128) or ""
-      for line in (f"{desc}\n", f"{desc} (core dumped)\n"):
-        if err.buf.endswith(line.encode()):
-          del err.buf[-len(line) :]
     timed_out = rc is None or (rc == 137 and time.monotonic() - t0 >= limit - 0.05)
     if timed_out:
       if not self._kill_since(since):  # a remote daemon: its pids are not ours

@@ -40,8 +40,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import threading
+import time
 import traceback
 
+from envs.episodes import infra_outcome
 from rl.config import RolloutConfig
 from rl.runtime.buffer import BufferClosed, StalenessBuffer
 from rl.runtime.records import Group, episode_row, episode_seed, trajectory_id
@@ -313,7 +315,7 @@ class RolloutManager:
           raise BufferClosed()
         kw = {} if prepared is None else {"prepared": prepared}
         prepared = None  # a retry sets up a fresh sandbox
-        out = self.run_episode(task, trajectory_id(gid, sample), seed, **kw)
+        out = self._run_one(task, trajectory_id(gid, sample), seed, kw)
       if self._stop.is_set():
         raise BufferClosed()  # stopping: the engine and telemetry may already be closed
       row = episode_row(task, gid, sample, out)
@@ -326,6 +328,18 @@ class RolloutManager:
         "infra_error", trajectory_id=row["trajectory_id"], attempt=attempt, error=row["infra_error"]
       )
     return row
+
+  def _run_one(self, task, tid: str, seed: int, kw: dict):
+    """One episode; anything it raises is its infrastructure error (printed with its cause):
+    one trajectory never aborts the run (a run of them does: max_masked_in_a_row)."""
+    t0 = time.monotonic()
+    try:
+      return self.run_episode(task, tid, seed, **kw)
+    except BufferClosed:
+      raise
+    except Exception as e:  # noqa: BLE001 - retried, then masked
+      traceback.print_exc()
+      return infra_outcome(tid, f"unexpected error: {type(e).__name__}: {e}", t0)
 
   def _finish_group(self, gid: int, task, group: Group) -> None:
     """Decides finished groups: on arrival, or (synchronous runs) in group-id order."""

@@ -80,6 +80,17 @@ awk '/short test summary info/ { s = 1; next }
 """
 
 
+def _texts(files: tuple[FileEntry, ...]) -> dict[str, str]:
+  """The test folder's text files by relative path (helpers a runner script may source)."""
+  out = {}
+  for f in files:
+    try:
+      out[f.path] = f.data.decode()
+    except UnicodeDecodeError:
+      continue
+  return out
+
+
 def _tests(
   root: pathlib.Path, runner_script: pathlib.Path, parser: str | None = None
 ) -> tuple[TestSpec, TestScript | None]:
@@ -96,7 +107,7 @@ def _tests(
     if infer_runner(others) != "pytest" or not others:
       raise TaskFormatError(root / "tests", "<dir>", "no tests (tests/ is missing or empty)")
     return TestSpec(others, "pytest", rewrite_paths=True), None
-  plan = test_script.parse(runner_script.read_text(), str(runner_script))
+  plan = test_script.parse(runner_script.read_text(), str(runner_script), _texts(others))
   if plan.runs_pytest:
     if not any(pathlib.PurePosixPath(t.path).name.startswith("test_") for t in others):
       raise TaskFormatError(

@@ -1,0 +1,85 @@
+"""Terminal-Bench fidelity, round 3 (issue 37): patterns of real TB1/TB2 task folders, written
+here, loaded and graded as their own harness would (TB1's standard runner, BuildKit heredocs,
+the build context, apt/pip semantics, errors kept in the results)."""
+
+from task_files import write
+
+from envs import eval as ev
+from envs.formats import test_script
+from envs.formats.loading import load_any
+
+# TB1's standard runner: run-tests.sh sources a set-up helper (uv and pytest from the network)
+# and calls a run helper (pytest over $TEST_DIR/test_outputs.py); 28 of 42 dev tasks use it.
+TB1_STANDARD = {
+  "task.yaml": "instruction: Write the word ok to /app/out.txt.\ndifficulty: easy\n",
+  "Dockerfile": "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\nWORKDIR /app\n",
+  "solution.sh": "#!/bin/bash\necho ok > /app/out.txt\n",
+  "run-tests.sh": """
+    #!/bin/bash
+
+    # You can modify anything in this script. Just make sure it generates test output that
+    # is parsed by a parser (PytestParser by default).
+
+    source $TEST_DIR/setup-uv-pytest.sh
+    bash $TEST_DIR/run-uv-pytest.sh
+  """,
+  "tests/setup-uv-pytest.sh": """
+    #!/bin/bash
+
+    # Install curl
+    apt-get update
+    apt-get install -y curl
+
+    # Install uv
+    curl -LsSf https://astral.sh/uv/0.7.13/install.sh | sh
+
+    source $HOME/.local/bin/env
+
+    # Check if we're in a valid working directory
+    if [ "$PWD" = "/" ]; then
+        echo "Error: No working directory set. Please set a WORKDIR in your Dockerfile before running this script."
+        exit 1
+    fi
+
+    uv init
+    uv add pytest==8.4.1
+  """,
+  "tests/run-uv-pytest.sh": """
+    #! /bin/bash
+
+    uv run pytest $TEST_DIR/test_outputs.py -rA
+  """,
+  "tests/test_outputs.py": """
+    from pathlib import Path
+
+    def test_out():
+        assert Path("/app/out.txt").read_text() == "ok\\n"
+  """,
+}
+
+
+def test_tb1_standard_runner_is_followed_into_its_helpers(tmp_path):
+  task = load_any(write(tmp_path / "tb1-std", TB1_STANDARD))
+  assert task.tests.runner == "pytest", task.tests
+  assert task.tests.pre_script == "" and task.tests.post_script == ""
+  notes = dict(task.metadata)["dockerfile_warnings"]
+  assert any("tests/run-uv-pytest.sh line 3: uv run pytest" in n for n in notes), notes
+  oracle = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())[0]
+  assert oracle["passed"], oracle["detail"]
+  null = ev.evaluate([task], ev.make_agent("null"), ev.EvalConfig())[0]
+  assert not null["passed"] and null["failure_mode"] not in ("task_error", "infra"), null
+
+
+def test_helpers_sourced_or_called_keep_their_shell_scope():
+  helpers = {
+    "prep.sh": "export WANT=1\ncp /tests/data.txt /app/\n",
+    "run.sh": "cd /app/sub\nexport X=2\npytest $TEST_DIR/test_outputs.py\necho done\n",
+  }
+  s = test_script.parse(". /tests/prep.sh\nbash ${TEST_DIR}/run.sh\n", "run-tests.sh", helpers)
+  assert s.runs_pytest
+  # sourced: same shell; called: each kept command in a subshell, as `bash FILE` would
+  assert s.pre == "export WANT=1\ncp /tests/data.txt /app/\n(\ncd /app/sub\n)\n(\nexport X=2\n)\n"
+  assert s.post == "(\necho done\n)\n"
+  # a helper that is not in the test folder is an ordinary command
+  kept = test_script.parse("bash /tests/missing.sh\n", "run-tests.sh", helpers)
+  assert not kept.runs_pytest and "missing.sh" in kept.shell

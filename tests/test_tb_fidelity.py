@@ -83,3 +83,38 @@ def test_helpers_sourced_or_called_keep_their_shell_scope():
   # a helper that is not in the test folder is an ordinary command
   kept = test_script.parse("bash /tests/missing.sh\n", "run-tests.sh", helpers)
   assert not kept.runs_pytest and "missing.sh" in kept.shell
+
+
+# BuildKit heredocs: COPY of inline files (expanded unless the delimiter is quoted, `<<-` strips
+# tabs, several on one line), a bare `RUN <<EOF` script (no -e; its apt line is a package), a
+# `#!` script, and a command reading a heredoc.
+HEREDOCS = {
+  "task.toml": 'version = "1.0"\n[metadata]\ndifficulty = "easy"\n',
+  "instruction.md": "Write the word ok to /app/out.txt.\n",
+  "environment/Dockerfile": (
+    "FROM python:3.11-slim\nWORKDIR /app\nARG GREET=hi\n"
+    "COPY <<EOT /app/hello.txt\n$GREET there\nEOT\n"
+    'COPY <<a.txt <<-"b.txt" /app/conf/\none ${GREET}\na.txt\n\tb $GREET\n\tb.txt\n'
+    "RUN <<EOF\napt-get update\nfalse\necho run > /app/run.txt\nEOF\n"
+    "RUN <<-'EOF'\n\t#!/usr/bin/env python3\n\topen('/app/py.txt', 'w').write('py')\n\tEOF\n"
+    "RUN cat <<X > /app/shell.txt\nfrom $GREET\nX\n"
+  ),
+  "solution/solve.sh": "echo ok > /app/out.txt\n",
+  "tests/test_outputs.py": """
+    from pathlib import Path
+
+    def test_files():
+        read = lambda p: Path("/app", p).read_text()
+        assert read("hello.txt") == "hi there\\n"
+        assert read("conf/a.txt") == "one hi\\n" and read("conf/b.txt") == "b $GREET\\n"
+        assert read("run.txt") == "run\\n" and read("py.txt") == "py"
+        assert read("shell.txt") == "from hi\\n"
+        assert read("out.txt") == "ok\\n"
+  """,
+}
+
+
+def test_buildkit_heredocs_are_replayed(tmp_path):
+  task = load_any(write(tmp_path / "heredocs", HEREDOCS))
+  oracle = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())[0]
+  assert oracle["passed"], oracle["detail"]

@@ -58,9 +58,12 @@ from envs.formats.docker_packages import (
 from envs.formats.dockerfile_syntax import (
   DockerfileError,
   expand,
+  heredoc_script,
+  heredocs,
   logical_lines,
   parse_kv,
   split_segments,
+  without_heredocs,
 )
 from envs.task import FileEntry, Files, TaskFormatError
 
@@ -163,6 +166,8 @@ class _Translator:
     for k, v in parse_kv(args if "=" in args else args + "=", self.file, line, text):
       self.args[k] = expand(v, {**self.args, **self.env})
       self.env.setdefault(k, self.args[k])
+      if k not in self.task_env:  # RUN sees a build argument (an ENV of that name wins)
+        self.steps.append((line, "env", f"export {k}={shlex.quote(self.env[k])}"))
 
   def do_env(self, line, text, args):
     for k, v in parse_kv(args, self.file, line, text):
@@ -179,6 +184,11 @@ class _Translator:
 
   def do_run(self, line, text, args):
     args = re.sub(r"^(--\w+(=\S+)?\s+)+", "", args)  # --mount=..., --network=...
+    first, docs = heredocs(args)
+    if len(docs) == 1 and not without_heredocs(first):  # `RUN <<EOF`: the body is the script
+      script = heredoc_script(docs[0].body, lambda cmd: self.rewrite(line, text, cmd))
+      self.steps.append((line, "run", script))
+      return
     if args.startswith("["):
       # Docker's rule: a JSON array of strings is the exec form; anything else (`[ -e x ] &&
       # ...`, the test command) is the shell form.
@@ -261,19 +271,26 @@ class _Translator:
     return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
 
   def do_copy(self, line, text, args, add=False):
+    first, docs = heredocs(args)  # `COPY <<a.txt <<b.txt /dest/`: files written inline
+    args = without_heredocs(first) if docs else args
     opts = dict(re.findall(r"--(\w+)(?:=(\S+))?\s+", args))
     args = re.sub(r"^(--\w+(=\S+)?\s+)+", "", args)
     if "from" in opts:
       raise self.err(line, text, "COPY --from (multi-stage) is not supported")
     toks = json.loads(args) if args.startswith("[") else shlex.split(args)
-    if len(toks) < 2:
+    if len(toks) + len(docs) < 2:
       raise self.err(line, text, "needs a source and a destination")
     srcs, dest = toks[:-1], expand(toks[-1], self.env)
     dest_abs = posixpath.normpath(posixpath.join(self.cwd, dest))
     mode = int(opts["chmod"], 8) if opts.get("chmod") else None
-    as_dir = dest.endswith("/") or len(srcs) > 1 or dest_abs in self.workdirs or dest_abs == "/tmp"
+    as_dir = dest.endswith("/") or len(srcs) + len(docs) > 1 or dest_abs in self.workdirs
+    as_dir = as_dir or dest_abs == "/tmp"
     staged = f"ctx/{len(self.steps)}"
-    entries: list[tuple[str, FileEntry]] = []
+    env = {**self.args, **self.env}
+    entries: list[tuple[str, FileEntry, bool]] = [
+      (d.name, FileEntry(d.name, (d.body if d.quoted else expand(d.body, env)).encode()), True)
+      for d in docs
+    ]
     for src in srcs:
       if re.match(r"^\w+://", src):
         raise self.err(line, text, f"{src!r} is a URL; the sandbox has no network")

@@ -118,3 +118,38 @@ def test_buildkit_heredocs_are_replayed(tmp_path):
   task = load_any(write(tmp_path / "heredocs", HEREDOCS))
   oracle = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())[0]
   assert oracle["passed"], oracle["detail"]
+
+
+# The build context is the whole task folder less .dockerignore: a COPY naming a harness file
+# gets it; a folder COPY leaves the harness files out (the agent never sees the answer).
+CONTEXT = {
+  "task.yaml": "instruction: Write the word ok to /app/out.txt.\ndifficulty: easy\n",
+  "Dockerfile": (
+    "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\nWORKDIR /app\n"
+    "COPY solution.sh run-tests.sh ./harness/\nCOPY tests/data.txt ./\nCOPY . ./all/\n"
+  ),
+  ".dockerignore": "# local files\nsecret*\n!secret-ok.txt\n",
+  "secret.txt": "no\n",
+  "secret-ok.txt": "yes\n",
+  "notes.txt": "n\n",
+  "solution.sh": "#!/bin/bash\necho ok > /app/out.txt\n",
+  "run-tests.sh": "#!/bin/bash\npytest $TEST_DIR/test_outputs.py -rA\n",
+  "tests/data.txt": "d\n",
+  "tests/test_outputs.py": """
+    from pathlib import Path
+
+    def test_context():
+        assert Path("/app/harness/solution.sh").is_file() and Path("/app/data.txt").is_file()
+        assert Path("/app/harness/run-tests.sh").is_file()
+        names = {p.name for p in Path("/app/all").iterdir()}
+        assert {"notes.txt", "secret-ok.txt", "task.yaml", "Dockerfile"} <= names, names
+        assert not names & {"secret.txt", "solution.sh", "run-tests.sh", "tests"}, names
+        assert Path("/app/out.txt").read_text() == "ok\\n"
+  """,
+}
+
+
+def test_build_context_is_the_task_folder_less_dockerignore(tmp_path):
+  task = load_any(write(tmp_path / "context", CONTEXT))
+  oracle = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())[0]
+  assert oracle["passed"], (oracle["detail"], oracle["tests"])

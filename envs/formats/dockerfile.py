@@ -69,8 +69,10 @@ from envs.task import FileEntry, Files, TaskFormatError
 
 __all__ = ["DockerPlan", "DockerfileError", "KNOWN_BASES", "TB1_EXCLUDED", "translate"]
 
-# A Terminal-Bench 1 task's build context is its whole folder: the harness's own files are
-# not part of the image. Harbor's context is environment/, all of it (a tests/ folder too).
+# A Terminal-Bench 1 task's build context is its whole folder (less .dockerignore), the harness's
+# own files too: a COPY that names one (`COPY solution.sh /app/`, `COPY tests/data.txt .`) gets
+# it, as in Docker. A folder or wildcard COPY (`COPY . /app`) leaves them out, so the agent never
+# finds the answer or the hidden tests in its workspace. Harbor's context is environment/.
 TB1_EXCLUDED = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
@@ -93,8 +95,8 @@ class DockerPlan:
 
 class _Translator:
   def __init__(self, file: str, context: Files, strict: bool, exclude: tuple[str, ...]):
-    self.file, self.strict = file, strict
-    self.context = {f.path: f for f in context if f.path.split("/", 1)[0] not in exclude}
+    self.file, self.strict, self.hidden = file, strict, exclude
+    self.context = {f.path: f for f in context}
     self.apt: list[str] = []
     self.pip: list[str] = []
     self.env: dict[str, str] = {"PATH": DEFAULT_PATH}
@@ -317,7 +319,10 @@ class _Translator:
       raise self.err(line, text, f"source {src!r} is outside the build context")
     s = "" if s == "." else s
     out = []
+    named = s.split("/", 1)[0] in self.hidden  # the COPY names a harness file or folder
     for path, f in sorted(self.context.items()):
+      if not named and path.split("/", 1)[0] in self.hidden:
+        continue
       if s == "" or path.startswith(s + "/"):  # a directory: its contents
         rel, itself = (path[len(s) + 1 :] if s else path), False
       elif path == s:

@@ -4,6 +4,7 @@ arguments and the top-level split of a shell command (used by envs.formats.docke
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import re
 import shlex
 from collections.abc import Callable
@@ -122,6 +123,40 @@ def heredoc_script(body: str, rewrite: Callable[[str], str]) -> str:
     )
   cmds = [c if "\n" in c else rewrite(c) for _, c in commands(body)]
   return "set +e\n" + "\n".join(cmds) + "\n"
+
+
+def ignored(patterns: list[str], path: str) -> bool:
+  """Whether a build-context path is left out by .dockerignore lines (the last match decides;
+  `!` re-includes; `**` matches any number of folders; a matched folder takes its contents)."""
+  out = False
+  for pat in patterns:
+    neg = pat.startswith("!")
+    rx = _ignore_regex(pat[1:] if neg else pat)
+    if rx is not None and rx.match(path):
+      out = not neg
+  return out
+
+
+def _ignore_regex(pat: str) -> re.Pattern | None:
+  pat = posixpath.normpath(pat.strip().lstrip("/")) if pat.strip() else ""
+  if not pat or pat == ".":
+    return None
+  rx = ""
+  for part in re.split(r"(\*\*/?|\*|\?)", pat):
+    if part.startswith("**"):
+      rx += ".*"
+    elif part == "*":
+      rx += "[^/]*"
+    elif part == "?":
+      rx += "[^/]"
+    else:
+      rx += re.escape(part)
+  return re.compile(rx + "(/.*)?$")
+
+
+def dockerignore(text: str) -> list[str]:
+  """The patterns of a .dockerignore file (comments and blank lines dropped)."""
+  return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
 def expand(value: str, env: dict[str, str]) -> str:

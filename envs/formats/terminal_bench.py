@@ -22,6 +22,7 @@ import re
 import yaml
 
 from envs.formats import compose, dockerfile, test_script
+from envs.formats.dockerfile_syntax import dockerignore, ignored
 from envs.formats.test_script import TestScript
 from envs.task import (
   Fields,
@@ -151,8 +152,11 @@ def _translate(
     raise TaskFormatError(
       dockerfile_path, "<file>", "missing Dockerfile (images cannot be pulled; it is translated)"
     )
+  ignore = context_dir / ".dockerignore"
+  patterns = dockerignore(ignore.read_text()) if ignore.is_file() else []
+  context = tuple(f for f in read_tree(context_dir) if not ignored(patterns, f.path))
   return dockerfile.translate(
-    dockerfile_path.read_text(), read_tree(context_dir), str(dockerfile_path), exclude=exclude
+    dockerfile_path.read_text(), context, str(dockerfile_path), exclude=exclude
   )
 
 

@@ -153,3 +153,28 @@ def test_build_context_is_the_task_folder_less_dockerignore(tmp_path):
   task = load_any(write(tmp_path / "context", CONTEXT))
   oracle = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())[0]
   assert oracle["passed"], (oracle["detail"], oracle["tests"])
+
+
+def test_packages_that_do_not_exist_are_the_tasks_error(tmp_path):
+  """Real apt-get (simulated install, no network) and pip (no index) say what is missing; the
+  layer builder turns that into PackageMissingError (task_error at once, never retried)."""
+  import subprocess
+  import sys
+
+  from envs.sandbox import layers
+
+  def stderr(cmd):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300).stderr
+
+  apt = stderr(["apt-get", "install", "-s", "agentrl-no-such-pkg", "bash=0.0.0-agentrl"])
+  assert layers.missing_packages("apt", apt) in (
+    ["no package agentrl-no-such-pkg"],  # apt stops at the first error it meets
+    ["no version 0.0.0-agentrl of bash"],
+    ["no package agentrl-no-such-pkg", "no version 0.0.0-agentrl of bash"],
+  ), apt
+  pip = [sys.executable, "-m", "pip", "install", "--no-index", "--target", str(tmp_path)]
+  assert layers.missing_packages("pip", stderr([*pip, "agentrl-no-such-pkg==1.0"])) == [
+    "no distribution of agentrl-no-such-pkg==1.0"
+  ]
+  assert layers.missing_packages("pip", stderr([*pip, "-r", str(tmp_path / "nope.txt")]))
+  assert layers.missing_packages("pip", "ERROR: network unreachable") == []

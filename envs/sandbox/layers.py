@@ -115,13 +115,39 @@ def _apt_install(tree: pathlib.Path, pkgs: list[str]) -> None:
   finally:
     (tree / _BUILD_CONF.lstrip("/")).unlink(missing_ok=True)
   if p.returncode != 0:
-    missing = re.findall(r"Unable to locate package (\S+)", p.stderr)
-    missing += re.findall(r"Package '?(\S+?)'? has no installation candidate", p.stderr)
-    if missing:
-      raise PackageMissingError(
-        f"apt package(s) {sorted(set(missing))} do not exist in the sources"
-      )
+    if missing := missing_packages("apt", p.stderr):
+      raise PackageMissingError(f"apt: {'; '.join(missing)} (the task's packages, not retried)")
     raise SandboxError(f"apt-get install {names} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+
+
+# What apt-get and pip print when the task asks for something no source has: deterministic, so
+# the task's error at once (task_error), never an infrastructure error retried for minutes.
+_MISSING = {
+  "apt": (
+    (r"Unable to locate package (\S+)", "no package {}"),
+    (r"Package '?(\S+?)'? has no installation candidate", "{} has no installation candidate"),
+    (r"Version '([^']+)' for '([^']+)' was not found", "no version {0} of {1}"),
+    (r"Couldn't find any package by (?:glob|regex) '([^']+)'", "no package matches {}"),
+    (
+      r"(\S+) : Depends: (.+?) but it is not installable",
+      "{0} depends on {1}, which no source has",
+    ),
+  ),
+  "pip": (
+    (r"No matching distribution found for (\S+)", "no distribution of {}"),
+    (r"Invalid requirement: '?([^'\n]+)'?", "invalid requirement {}"),
+    (r"Could not open requirements file: [^:]*: ([^\n]+)", "no requirements file {}"),
+    (r"Cannot install (.+?) because these package versions have conflicting", "conflicting {}"),
+  ),
+}
+
+
+def missing_packages(tool: str, stderr: str) -> list[str]:
+  """What `tool` ("apt" or "pip") says does not exist in its sources, from its stderr."""
+  out = []
+  for pattern, what in _MISSING[tool]:
+    out += [what.format(*m.groups()) for m in re.finditer(pattern, stderr)]
+  return list(dict.fromkeys(out))
 
 
 def _image_python(tree: pathlib.Path) -> str:
@@ -143,9 +169,8 @@ def _pip_install(tree: pathlib.Path, pkgs: list[str]) -> None:
     cmd += ["--python-version", ver, "--only-binary=:all:"]
   p = subprocess.run([*cmd, *pkgs], capture_output=True, text=True, timeout=1800)
   if p.returncode != 0:
-    missing = re.findall(r"No matching distribution found for (\S+)", p.stderr)
-    if missing:
-      raise PackageMissingError(f"pip package(s) {sorted(set(missing))} do not exist in the index")
+    if missing := missing_packages("pip", p.stderr):
+      raise PackageMissingError(f"pip: {'; '.join(missing)} (the task's packages, not retried)")
     raise SandboxError(f"pip install {pkgs} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
   target.mkdir(parents=True, exist_ok=True)
   bindir = tree / "usr/local/bin"

@@ -236,6 +236,12 @@ def run_trial(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
   )
 
 
+def _test_row(t) -> dict:
+  """A test's outcome; a failed one keeps its message (capped by the report parser)."""
+  row = {"name": t.name, "outcome": t.outcome}
+  return {**row, "message": t.message} if t.outcome != "passed" and t.message else row
+
+
 def _record(task, trial, agent, seed, grade, outcome, monitor, times, attempts, wall_s) -> dict:
   summary = monitor.summary() if monitor is not None and monitor.active and monitor.checks else None
   return {
@@ -262,7 +268,8 @@ def _record(task, trial, agent, seed, grade, outcome, monitor, times, attempts, 
     "grade_s": round(times["grade_s"], 3),
     "attempts": attempts,
     "subscores": dict(grade.subscores),
-    "tests": [{"name": t.name, "outcome": t.outcome} for t in grade.tests],
+    "tests": [_test_row(t) for t in grade.tests],
+    "test_output": grade.output,
     "checks": summary,
     "turn_checks": [tc.to_dict() for tc in monitor.checks] if monitor else [],
     "trajectory": outcome.turns if outcome else [],

@@ -178,3 +178,48 @@ def test_packages_that_do_not_exist_are_the_tasks_error(tmp_path):
   ]
   assert layers.missing_packages("pip", stderr([*pip, "-r", str(tmp_path / "nope.txt")]))
   assert layers.missing_packages("pip", "ERROR: network unreachable") == []
+
+
+def _harbor(dockerfile: str, test: str) -> dict:
+  return {
+    "task.toml": 'version = "1.0"\n[metadata]\ndifficulty = "easy"\n',
+    "instruction.md": "Write ok to /app/out.txt.\n",
+    "environment/Dockerfile": dockerfile,
+    "solution/solve.sh": "echo ok > /app/out.txt\n",
+    "tests/test_outputs.py": test,
+  }
+
+
+def test_why_a_task_failed_is_kept_and_shown(tmp_path):
+  """Load, set-up and test errors: in results.json (each failed test's message, a tail of the
+  runner's output), on the console, in summary.md and in report.html."""
+  import json
+  import subprocess
+  import sys
+
+  root = tmp_path / "why"
+  test = "def test_x():\n    print('runner-says-hello')\n    assert 1 == 2, 'wanted-two-got-one'\n"
+  write(root / "fails", _harbor("FROM ubuntu:24.04\nWORKDIR /app\n", test))
+  setup = "FROM ubuntu:24.04\nWORKDIR /app\nRUN echo setup-broke-here >&2; exit 3\n"
+  write(root / "setup", _harbor(setup, "def test_x():\n    pass\n"))
+  write(root / "broken", {**_harbor("FROM ubuntu:24.04\n", ""), "task.toml": "version = [\n"})
+  out = tmp_path / "out"
+  cmd = [sys.executable, "-m", "launch.eval", f"--tasks={root}", "--agent=oracle", f"--out={out}"]
+  r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+  rows = {t["task_id"]: t for t in json.loads((out / "results.json").read_text())["trials"]}
+  fails = rows["why/fails"]
+  assert fails["tests"] == [
+    {"name": "test_outputs::test_x", "outcome": "failed", "message": fails["tests"][0]["message"]}
+  ]
+  assert "wanted-two-got-one" in fails["tests"][0]["message"]
+  assert "runner-says-hello" in fails["test_output"] and "1 failed" in fails["test_output"]
+  assert rows["why/setup"]["failure_mode"] == "task_error" and rows["why/setup"]["attempts"] == 1
+  shown = {
+    "console": r.stderr,
+    "summary.md": (out / "summary.md").read_text(),
+    "report.html": (out / "report.html").read_text(),
+  }
+  for where, text in shown.items():
+    assert "wanted-two-got-one" in text, where
+    assert "setup-broke-here" in text, where
+    assert "invalid TOML" in text, where

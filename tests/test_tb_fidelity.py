@@ -223,3 +223,23 @@ def test_why_a_task_failed_is_kept_and_shown(tmp_path):
     assert "wanted-two-got-one" in text, where
     assert "setup-broke-here" in text, where
     assert "invalid TOML" in text, where
+
+
+def test_a_model_file_ending_in_pth_is_not_tampering(tmp_path):
+  """The task asks for a PyTorch model (model.pth); only a .pth in a site folder is a hook."""
+  task = _harbor(
+    "FROM python:3.11-slim\nWORKDIR /app\n",
+    "from pathlib import Path\n\ndef test_model():\n    assert Path('/app/model.pth').is_file()\n",
+  )
+  task["solution/solve.sh"] = (
+    "mkdir -p models && printf 'weights' > model.pth && cp model.pth models/\n"
+  )
+  hook = dict(task)
+  hook["solution/solve.sh"] = (
+    "mkdir -p venv/lib/python3.11/site-packages && echo 'import os' > "
+    "venv/lib/python3.11/site-packages/x.pth && printf w > model.pth\n"
+  )
+  tasks = [load_any(write(tmp_path / n, t)) for n, t in (("model", task), ("hook", hook))]
+  model, planted = ev.evaluate(tasks, ev.make_agent("oracle"), ev.EvalConfig())
+  assert model["passed"] and model["failure_mode"] == "none", model["detail"]
+  assert "site-packages/x.pth" in planted["detail"], planted["detail"]

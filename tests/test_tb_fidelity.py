@@ -243,3 +243,40 @@ def test_a_model_file_ending_in_pth_is_not_tampering(tmp_path):
   model, planted = ev.evaluate(tasks, ev.make_agent("oracle"), ev.EvalConfig())
   assert model["passed"] and model["failure_mode"] == "none", model["detail"]
   assert "site-packages/x.pth" in planted["detail"], planted["detail"]
+
+
+def test_pip_arguments_are_parsed_as_pip_does():
+  """Index options take a value (never a package; the layer uses this machine's pip sources),
+  -r/-c files come from the build context, specifiers and extras are kept, flags are flags."""
+  from envs.formats import dockerfile
+  from envs.task import FileEntry
+
+  context = (
+    FileEntry("deps/requirements.txt", b"# pinned\nrequests==2.32.4  # http\n-c constraints.txt\n"),
+    FileEntry("constraints.txt", b"six==1.16.0\n"),
+  )
+  plan = dockerfile.translate(
+    "FROM python:3.12-slim\nWORKDIR /app\nCOPY deps/ ./\n"
+    "RUN pip install torch==2.7.1+cpu --index-url https://index.example/whl/cpu\n"
+    "RUN pip3 install --break-system-packages --pre -f /wheels --extra-index-url=https://x.example "
+    "'pandas[excel]>=2.0,<3' numpy -r requirements.txt -c constraints.txt six\n"
+    "RUN python3 -m pip install -i https://index.example/simple --no-cache-dir -U flask==3.0.0\n",
+    context,
+  )
+  assert plan.pip_packages == (
+    "torch==2.7.1",
+    "pandas[excel]>=2.0,<3",
+    "numpy",
+    "six==1.16.0",
+    "requests==2.32.4",
+    "flask==3.0.0",
+  ), plan.pip_packages
+  notes = "\n".join(plan.warnings)
+  assert "--index-url https://index.example/whl/cpu: packages come from this machine" in notes
+  assert "local version label dropped" in notes and "--pre" in notes
+  script = test_script.parse(
+    "pip install torch==2.7.0 --index-url https://index.example/whl/cpu\n"
+    "uv add 'scipy>=1.11' --extra-index-url https://x.example\npytest /tests/test_outputs.py\n",
+    "run-tests.sh",
+  )
+  assert script.pip_packages == ("torch==2.7.0", "scipy>=1.11")

@@ -52,7 +52,8 @@ from envs.formats.docker_packages import (
   PRELUDE,
   apt_install,
   apt_noop,
-  pip_args,
+  pip_install,
+  pip_requirements,
   strip_prefix,
 )
 from envs.formats.dockerfile_syntax import (
@@ -249,11 +250,13 @@ class _Translator:
       raise self.err(line, text, "downloads from the network, which the sandbox does not have")
     if prog == "rm" and all(a.startswith("-") or not self.writable(a) for a in argv[1:]):
       return ":"  # cache clean-ups of the read-only image
-    reqs = pip_args(argv)
-    if reqs is not None:
-      tool = [r for r in reqs if re.match(r"^(uv|pip|setuptools|wheel)\b", r)]
-      reqs = [r for r in reqs if r not in tool]
-      self.pip += [r for r in reqs if not r.startswith("-r") and r not in self.pip]
+    pi = pip_install(argv)
+    if pi is not None:
+      reqs, notes = pip_requirements(pi, self.context)
+      for note in notes:
+        self.warn(line, note)
+      reqs = [r for r in reqs if not re.match(r"^(uv|pip|setuptools|wheel)\b", r)]
+      self.pip += [r for r in reqs if r not in self.pip]
       return f"agentrl_pip {line} {shlex.join(reqs)}" if reqs else ":"
     if prog in ("uv", "uvx"):
       self.warn(

@@ -27,7 +27,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping
 
-from envs.formats.docker_packages import HARNESS_PACKAGES
+from envs.formats.docker_packages import HARNESS_PACKAGES, pip_install
 from envs.task import TaskFormatError
 
 # Test tooling a script installs for itself: the verifier brings its own pytest.
@@ -148,15 +148,11 @@ def _packages(argv: list[str]) -> tuple[str, list[str]] | None:
     argv[:1] in (["apt-get"], ["apt"]) and "install" in argv
   ):
     return "apt", [a.split("=")[0] for a in argv[1:] if not a.startswith("-") and a != "install"]
-  for head in (["uv", "pip", "install"], ["uv", "add"], ["pip", "install"], ["pip3", "install"]):
-    if argv[: len(head)] == head:
-      return "pip", [a for a in argv[len(head) :] if not a.startswith("-")]
-  if re.fullmatch(r"python3?(\.\d+)?", argv[0] if argv else "") and argv[1:4] == [
-    "-m",
-    "pip",
-    "install",
-  ]:
-    return "pip", [a for a in argv[4:] if not a.startswith("-")]
+  # pip's own options parsed (an --index-url's URL is no package; the layer uses this machine's
+  # pip sources); `uv add PKG` is a pip install of PKG
+  pi = pip_install(["pip", "install", *argv[2:]] if argv[:2] == ["uv", "add"] else argv)
+  if pi is not None:
+    return "pip", pi.reqs
   return None
 
 

@@ -147,6 +147,7 @@ class Task:
   # build time, the image's USER, and "container" when the task writes outside its workspace
   # or expects root ("" = the sandbox's default mode).
   apt_packages: tuple[str, ...] = ()
+  apt_no_recommends: tuple[str, ...] = ()  # of apt_packages: installed without recommends
   pip_packages: tuple[str, ...] = ()
   user: str = ""
   sandbox_mode: str = ""

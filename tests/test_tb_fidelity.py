@@ -280,3 +280,32 @@ def test_pip_arguments_are_parsed_as_pip_does():
     "run-tests.sh",
   )
   assert script.pip_packages == ("torch==2.7.0", "scipy>=1.11")
+
+
+APT_SEMANTICS = {  # four dev-set tasks: gcc without libc6-dev (no stdio.h); a slim image's man1
+  "task.yaml": "instruction: Run /app/hi and write what it prints to /app/out.txt.\n",
+  "Dockerfile": (
+    "FROM python:3.13-slim\nWORKDIR /app\n"
+    "RUN apt-get update && apt-get install -y gcc && rm -rf /var/lib/apt/lists/*\n"
+    "RUN apt-get install -y --no-install-recommends dos2unix\n"
+    "RUN printf '#include <stdio.h>\\nint main(void) { puts(\"hi\"); return 0; }\\n' > hi.c "
+    "&& gcc hi.c -o hi\n"
+    "RUN echo '.TH X 1' > x.1 && mv x.1 /usr/share/man/man1/x.1\n"
+  ),
+  "solution.sh": "#!/bin/bash\n/app/hi > /app/out.txt\n",
+  "run-tests.sh": "#!/bin/bash\npytest $TEST_DIR/test_outputs.py -rA\n",
+  "tests/test_outputs.py": """
+    from pathlib import Path
+
+    def test_out():
+        assert Path("/app/out.txt").read_text() == "hi\\n"
+        assert Path("/usr/share/man/man1/x.1").is_file()
+  """,
+}
+
+
+def test_apt_installs_recommends_unless_the_line_says_not(tmp_path):
+  task = load_any(write(tmp_path / "apt", APT_SEMANTICS))
+  assert set(task.apt_packages) >= {"gcc", "dos2unix"} and task.apt_no_recommends == ("dos2unix",)
+  oracle = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())[0]
+  assert oracle["passed"], oracle["detail"]

@@ -43,6 +43,14 @@ def apt_install(argv: list[str]) -> list[str] | None:
   return [a.split("=")[0] for a in argv[2:] if not a.startswith("-") and a != "install"]
 
 
+def no_recommends(argv: list[str]) -> bool:
+  """Whether an apt-get install line turns recommends off (the flag, or its apt option)."""
+  joined = " ".join(argv)
+  return "--no-install-recommends" in argv or bool(
+    re.search(r"APT::Install-Recommends=[\"']?(0|false|no)\b", joined, re.I)
+  )
+
+
 def apt_noop(argv: list[str]) -> bool:
   """apt housekeeping (update, clean, ...): dropped, the image layer holds the packages."""
   if not argv or argv[0] not in ("apt-get", "apt", "aptitude"):

@@ -44,6 +44,7 @@ from envs.formats.docker_bases import (
   base_user,
   map_base,
   python_link,
+  skeleton,
   toolchain,
 )
 from envs.formats.docker_packages import (
@@ -52,6 +53,7 @@ from envs.formats.docker_packages import (
   PRELUDE,
   apt_install,
   apt_noop,
+  no_recommends,
   pip_install,
   pip_requirements,
   strip_prefix,
@@ -92,6 +94,7 @@ class DockerPlan:
   pip_packages: tuple[str, ...] = ()
   user: str = ""
   needs_container: bool = False  # writes outside the workspace (a COPY into /, /usr, ...)
+  apt_no_recommends: tuple[str, ...] = ()  # of apt_packages: those installed without recommends
 
 
 class _Translator:
@@ -99,6 +102,7 @@ class _Translator:
     self.file, self.strict, self.hidden = file, strict, exclude
     self.context = {f.path: f for f in context}
     self.apt: list[str] = []
+    self.no_rec: list[str] = []  # installed by a line with --no-install-recommends
     self.pip: list[str] = []
     self.env: dict[str, str] = {"PATH": DEFAULT_PATH}
     self.args: dict[str, str] = {}
@@ -236,6 +240,8 @@ class _Translator:
       if skipped:
         self.warn(line, f"harness/network packages not installed: {' '.join(skipped)}")
       self.apt += [p for p in pkgs if p not in self.apt]
+      if no_recommends(argv):  # Debian's default otherwise: recommends come too, as in Docker
+        self.no_rec += [p for p in pkgs if p not in self.no_rec]
       need = [p for p in pkgs if p not in HARNESS_PACKAGES]
       return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
     if apt_noop(argv):
@@ -382,6 +388,7 @@ def translate(
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
   lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base), base_user()]
+  lines.append(skeleton(t.base))
   # As in Docker, a RUN runs as the USER before it (name[:group] or uid[:gid]; "": root).
   user, home_set = "", False
   for line, kind, payload in t.steps:
@@ -426,4 +433,5 @@ def translate(
     tuple(t.pip),
     user,
     bool(outside),
+    tuple(p for p in t.no_rec if p in t.apt),
   )

@@ -170,6 +170,7 @@ def _image_fields(plan: dockerfile.DockerPlan, script: TestScript | None) -> dic
     workdir=plan.workdir,
     env=plan.env,
     apt_packages=tuple(dict.fromkeys(plan.apt_packages + extra_apt)),
+    apt_no_recommends=tuple(p for p in plan.apt_no_recommends if p not in extra_apt),
     pip_packages=tuple(dict.fromkeys(plan.pip_packages + extra_pip)),
     user=plan.user,
     sandbox_mode="container" if plan.needs_container else "",

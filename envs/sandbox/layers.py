@@ -25,7 +25,7 @@ from envs.sandbox import apt_sources, common
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import PackageMissingError, SandboxError
 
-PACKAGES_VERSION = 1
+PACKAGES_VERSION = 2  # 2: recommends installed unless the task's line turned them off
 _BUILD_SRC = "/tmp/agentrl-build.sources"
 _BUILD_CONF = "/etc/apt/apt.conf.d/99agentrl-build"
 
@@ -34,21 +34,28 @@ def resolve_spec_image(spec, setup_runner) -> image_lib.Image:
   """The image a spec runs: base, then its package layer, then its setup-script layer."""
   img = image_lib.resolve(spec.image)
   if spec.apt_packages or spec.pip_packages:
-    img = with_packages(img, tuple(spec.apt_packages), tuple(spec.pip_packages))
+    norec = tuple(spec.apt_no_recommends)
+    img = with_packages(img, tuple(spec.apt_packages), tuple(spec.pip_packages), norec)
   if spec.setup_script:
     img = image_lib.with_setup(img, spec.setup_script, setup_runner)
   return img
 
 
-def packages_id(base_id: str, apt: tuple[str, ...], pip: tuple[str, ...]) -> str:
+def packages_id(
+  base_id: str, apt: tuple[str, ...], pip: tuple[str, ...], norec: tuple[str, ...] = ()
+) -> str:
   blob = {"base": base_id, "apt": sorted(set(apt)), "pip": sorted(set(pip))}
+  blob["norec"] = sorted(set(norec) & set(apt))
   blob["v"] = PACKAGES_VERSION
   return "p" + hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:15]
 
 
-def with_packages(base: image_lib.Image, apt: tuple[str, ...], pip: tuple[str, ...]):
-  """The layer `base` + packages (built once, then cached)."""
-  pid = packages_id(base.id, apt, pip)
+def with_packages(
+  base: image_lib.Image, apt: tuple[str, ...], pip: tuple[str, ...], norec: tuple[str, ...] = ()
+):
+  """The layer `base` + packages (built once, then cached); `norec`: apt packages installed
+  without their recommends (the others get them, as Debian's apt does by default)."""
+  pid = packages_id(base.id, apt, pip, norec)
   img = image_lib.Image(pid, image_lib.cache_root() / pid)
   if (img.dir / "meta.json").exists() and img.rootfs.is_dir():
     return img
@@ -64,7 +71,7 @@ def with_packages(base: image_lib.Image, apt: tuple[str, ...], pip: tuple[str, .
       subprocess.run(["cp", "-a", "--reflink=auto", str(base.rootfs), str(tree)], check=True)
       t0 = time.monotonic()
       if apt:
-        _apt_install(tree, sorted(set(apt)))
+        _apt_install(tree, sorted(set(apt)), set(norec))
       if pip:
         _pip_install(tree, sorted(set(pip)))
       meta = {"id": pid, "base": base.id, "apt": sorted(set(apt)), "pip": sorted(set(pip))}
@@ -93,7 +100,7 @@ def _in_tree(tree: pathlib.Path, script: str) -> subprocess.CompletedProcess:
   )  # fmt: skip
 
 
-def _apt_install(tree: pathlib.Path, pkgs: list[str]) -> None:
+def _apt_install(tree: pathlib.Path, pkgs: list[str], norec: set[str] = frozenset()) -> None:
   codename = apt_sources.host_codename()
   stanzas = apt_sources.stanzas_for(codename)
   if not stanzas:
@@ -104,11 +111,13 @@ def _apt_install(tree: pathlib.Path, pkgs: list[str]) -> None:
   src = f"-o Dir::Etc::SourceList={_BUILD_SRC} -o Dir::Etc::SourceParts=/nonexistent"
   src += " -o APT::Sandbox::User=root"  # no _apt uid switch inside a build namespace
   names = " ".join(pkgs)
+  rec, plain = [p for p in pkgs if p not in norec], [p for p in pkgs if p in norec]
   script = (
     f"cat > {_BUILD_SRC} <<'EOF'\n" + "\n\n".join(stanzas) + "\nEOF\n"
     f"apt-get {src} -q update\n"
-    f"apt-get {src} -q -y --no-install-recommends install {names}\n"
-    "apt-get clean; rm -rf /var/lib/apt/lists/*"
+    + (f"apt-get {src} -q -y --no-install-recommends install {' '.join(plain)}\n" if plain else "")
+    + (f"apt-get {src} -q -y install {' '.join(rec)}\n" if rec else "")
+    + "apt-get clean; rm -rf /var/lib/apt/lists/*"
   )
   try:
     p = _in_tree(tree, script)

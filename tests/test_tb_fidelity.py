@@ -2,6 +2,7 @@
 here, loaded and graded as their own harness would (TB1's standard runner, BuildKit heredocs,
 the build context, apt/pip semantics, errors kept in the results)."""
 
+import pytest
 from task_files import write
 
 from envs import eval as ev
@@ -309,3 +310,61 @@ def test_apt_installs_recommends_unless_the_line_says_not(tmp_path):
   assert set(task.apt_packages) >= {"gcc", "dos2unix"} and task.apt_no_recommends == ("dos2unix",)
   oracle = ev.evaluate([task], ev.make_agent("oracle"), ev.EvalConfig())[0]
   assert oracle["passed"], oracle["detail"]
+
+
+# ------------------------------------------------ symlinks out of a task folder (issue 36.3)
+
+HARBOR_OK = _harbor("FROM ubuntu:24.04\nWORKDIR /app\n", "def test_x():\n    pass\n")
+NATIVE_OK = {
+  "task.toml": 'id = "n"\ndomain = "shell"\ndifficulty = 1\n',
+  "instruction.md": "Do it.\n",
+  "solution.sh": "true\n",
+  "tests/test_x.py": "def test_x():\n    pass\n",
+}
+LINK_PLACEMENTS = [
+  ("harbor", "instruction.md"),
+  ("harbor", "task.toml"),
+  ("harbor", "tests"),
+  ("harbor", "tests/test_outputs.py"),
+  ("harbor", "environment"),
+  ("harbor", "environment/Dockerfile"),
+  ("harbor", "solution"),
+  ("harbor", "solution/solve.sh"),
+  ("tb1", "task.yaml"),
+  ("tb1", "Dockerfile"),
+  ("tb1", "solution.sh"),
+  ("tb1", "run-tests.sh"),
+  ("tb1", "tests"),
+  ("tb1", "tests/setup-uv-pytest.sh"),
+  ("tb1", "docker-compose.yaml"),
+  ("native", "instruction.md"),
+  ("native", "tests"),
+  ("native", "solution.sh"),
+]
+
+
+@pytest.mark.parametrize("fmt,rel", LINK_PLACEMENTS, ids=[f"{f}:{r}" for f, r in LINK_PLACEMENTS])
+def test_a_link_in_a_task_folder_is_a_load_error(tmp_path, fmt, rel):
+  import os
+  import shutil
+
+  from envs.formats.loading import resolve
+  from envs.task import TaskFormatError
+
+  secret = write(
+    tmp_path / "host", {"secret.txt": "HOST-SECRET\n", "dir/secret.txt": "HOST-SECRET\n"}
+  )
+  files = {"harbor": HARBOR_OK, "tb1": TB1_STANDARD, "native": NATIVE_OK}[fmt]
+  root = write(tmp_path / "suite" / "t", files)
+  target = root / rel
+  is_dir = target.is_dir()
+  if target.exists():
+    shutil.rmtree(target) if is_dir else target.unlink()
+  os.symlink(secret / ("dir" if is_dir else "secret.txt"), target)
+  with pytest.raises(TaskFormatError) as e:
+    load_any(root)
+  assert rel in str(e.value) and "symbolic link" in str(e.value), str(e.value)
+  assert "outside" in str(e.value) and "HOST-SECRET" not in str(e.value)
+  tasks, errors = resolve(str(tmp_path / "suite"))  # a suite gets a load_error and goes on
+  assert not tasks and [e.record()["failure_mode"] for e in errors] == ["load_error"]
+  assert rel in errors[0].reason and "HOST-SECRET" not in errors[0].reason

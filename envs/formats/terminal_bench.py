@@ -31,6 +31,7 @@ from envs.task import (
   Task,
   TaskFormatError,
   TestSpec,
+  check_links,
   infer_runner,
   read_toml,
   read_tree,
@@ -191,6 +192,7 @@ def _warnings(plan: dockerfile.DockerPlan, script: TestScript | None) -> tuple:
 def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> Task:
   """Loads a Terminal-Bench task folder."""
   root = pathlib.Path(path)
+  check_links(root)
   yml = root / "task.yaml"
   try:
     data = yaml.safe_load(yml.read_text())
@@ -251,6 +253,7 @@ def _size_mb(f: Fields, key_mb: str, key_str: str, default: int) -> int:
 def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
   """Loads a Harbor task folder."""
   root = pathlib.Path(path)
+  check_links(root)
   toml_path = root / "task.toml"
   f = Fields(read_toml(toml_path), toml_path)
   meta, agent, ver, env = f.sub("metadata"), f.sub("agent"), f.sub("verifier"), f.sub("environment")

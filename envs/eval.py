@@ -212,6 +212,12 @@ def _run_trial_safe(task: Task, trial: int, agent, cfg: EvalConfig) -> dict:
     return _record(task, trial, agent, seed, out, None, 1, time.monotonic() - t0)
 
 
+def _test_row(t) -> dict:
+  """A test's outcome; a failed one keeps its message (capped by the report parser)."""
+  row = {"name": t.name, "outcome": t.outcome}
+  return {**row, "message": t.message} if t.outcome != "passed" and t.message else row
+
+
 def _record(task, trial, agent, seed, out: Outcome, monitor, attempts, wall_s) -> dict:
   grade, ep = out.grade, out.episode
   summary = monitor.summary() if monitor is not None and monitor.active and monitor.checks else None
@@ -239,7 +245,8 @@ def _record(task, trial, agent, seed, out: Outcome, monitor, attempts, wall_s) -
     "grade_s": round(out.verify_s, 3),
     "attempts": attempts,
     "subscores": dict(grade.subscores),
-    "tests": [{"name": t.name, "outcome": t.outcome} for t in grade.tests],
+    "tests": [_test_row(t) for t in grade.tests],
+    "test_output": grade.output,
     "checks": summary,
     "turn_checks": [tc.to_dict() for tc in monitor.checks] if monitor else [],
     "trajectory": [t.to_dict() for t in ep.turns],

@@ -138,7 +138,7 @@ def _draft(task: Task, dest: pathlib.Path, new_id: str, facts: dict) -> str:
   src = pathlib.Path(task.source)
   if not src.is_dir():
     return ""
-  shutil.copytree(src, dest)
+  shutil.copytree(src, dest, symlinks=True)  # a link is copied as a link, never read through
   (dest / "flywheel.json").write_text(json.dumps({"id": new_id, "tags": tags, **facts}, indent=1))
   return task.format
 

@@ -4,6 +4,8 @@
 
   results.json   {"config", "summary" (envs.metrics.aggregate), "trials"} -- everything
   summary.md     the headline tables (overall, per suite / domain / difficulty, failure modes)
+                 and one line per failed trial saying why (load, set-up or test-runner error,
+                 the first failed test's message)
   report.html    the same tables plus plots (matplotlib, PNG embedded as base64): pass@k,
                  pass@1 per domain and difficulty, failure modes, milestone progress by turn,
                  turn of the first constraint violation
@@ -65,7 +67,7 @@ def _html_table(rows: list[list[str]]) -> str:
   return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _sections(summary: dict) -> list[tuple[str, list[list[str]]]]:
+def _sections(summary: dict, trials: Sequence[dict] = ()) -> list[tuple[str, list[list[str]]]]:
   ks = summary["ks"]
   secs = [
     ("Overall", _table("all", {"all": summary["overall"]}, ks)),
@@ -89,10 +91,39 @@ def _sections(summary: dict) -> list[tuple[str, list[list[str]]]]:
       ]
     )
   secs.append(("Per task", tasks))
+  why = _why_rows(trials)
+  if len(why) > 1:
+    secs.append(("Why tasks failed", why))
   return secs
 
 
-def markdown_summary(summary: dict, config: dict | None = None) -> str:
+WHY_CHARS = 300  # one line per failed trial in summary.md / report.html / the console
+MAX_WHY_ROWS = 200
+
+
+def failure_reason(rec: dict) -> str:
+  """One line saying why a trial failed: its load, set-up or grading error; for failed tests,
+  the first failed test and its message; else the last line the test runner printed."""
+  why = rec.get("detail") or rec.get("failure_mode") or ""
+  bad = [t for t in rec.get("tests") or [] if t.get("outcome") != "passed"]
+  if bad:
+    msg = (bad[0].get("message") or "").strip().splitlines()
+    why += f"; {bad[0]['name']}" + (f": {msg[0]}" if msg else "")
+  elif rec.get("grade_failure_mode") not in ("load_error", "task_error"):
+    tail = [ln for ln in (rec.get("test_output") or "").splitlines() if ln.strip()]
+    why += f"; runner said: {tail[-1].strip()}" if tail else ""
+  why = " ".join(why.split())
+  return why if len(why) <= WHY_CHARS else why[: WHY_CHARS - 3] + "..."
+
+
+def _why_rows(trials: Sequence[dict]) -> list[list[str]]:
+  rows = [["task", "trial", "failure mode", "why"]]
+  for t in [t for t in trials if not t.get("passed")][:MAX_WHY_ROWS]:
+    rows.append([t["task_id"], str(t.get("trial", 0)), t["failure_mode"], failure_reason(t)])
+  return rows
+
+
+def markdown_summary(summary: dict, config: dict | None = None, trials: Sequence[dict] = ()) -> str:
   o, n = summary["overall"], summary.get("counts", {})
   lines = [
     "# Evaluation summary",
@@ -104,7 +135,7 @@ def markdown_summary(summary: dict, config: dict | None = None) -> str:
   ]
   if config:
     lines += ["", "`" + " ".join(f"{k}={v}" for k, v in config.items()) + "`"]
-  for title, rows in _sections(summary):
+  for title, rows in _sections(summary, trials):
     lines += ["", f"## {title}", "", _md(rows)]
   return "\n".join(lines) + "\n"
 
@@ -187,7 +218,7 @@ def html_report(summary: dict, trials: Sequence[dict], config: dict | None = Non
     parts.append(f"<pre>{html.escape(json.dumps(config, indent=1))}</pre>")
   for title, png in plots(summary, trials).items():
     parts.append(f"<img alt='{html.escape(title)}' src='data:image/png;base64,{png}'>")
-  for title, rows in _sections(summary):
+  for title, rows in _sections(summary, trials):
     parts.append(f"<h2>{html.escape(title)}</h2>{_html_table(rows)}")
   parts.append("</body></html>")
   return "\n".join(parts)
@@ -202,6 +233,6 @@ def write_reports(
   summary = metrics.aggregate(trials)
   doc = {"config": config or {}, "summary": summary, "trials": list(trials)}
   (out / "results.json").write_text(json.dumps(doc, indent=1, sort_keys=False, default=str))
-  (out / "summary.md").write_text(markdown_summary(summary, config))
+  (out / "summary.md").write_text(markdown_summary(summary, config, trials))
   (out / "report.html").write_text(html_report(summary, trials, config))
   return summary

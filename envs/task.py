@@ -19,6 +19,7 @@ format detection and the loaders of whole folders live in envs/formats/loading.p
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -147,6 +148,7 @@ class Task:
   # build time, the image's USER, and "container" when the task writes outside its workspace
   # or expects root ("" = the sandbox's default mode).
   apt_packages: tuple[str, ...] = ()
+  apt_no_recommends: tuple[str, ...] = ()  # of apt_packages: installed without recommends
   pip_packages: tuple[str, ...] = ()
   user: str = ""
   sandbox_mode: str = ""
@@ -166,6 +168,8 @@ def read_tree(root: pathlib.Path, skip: Iterable[str] = ()) -> Files:
   """Reads every regular file under `root` (sorted, relative paths, modes kept)."""
   skip = set(skip)
   out = []
+  if root.is_symlink():
+    raise TaskFormatError(root, "path", "symlinks are not allowed in a task folder")
   if not root.is_dir():
     return ()
   for p in sorted(root.rglob("*")):
@@ -179,6 +183,26 @@ def read_tree(root: pathlib.Path, skip: Iterable[str] = ()) -> Files:
         raise TaskFormatError(p, "size", f"file larger than {_MAX_FILE_BYTES} bytes")
       out.append(FileEntry(rel, p.read_bytes(), 0o755 if p.stat().st_mode & 0o111 else 0o644))
   return tuple(out)
+
+
+def check_links(root: pathlib.Path) -> None:
+  """Refuses a task folder that holds a symbolic link anywhere (TaskFormatError naming it): the
+  loaders, the Dockerfile replay, the verifier and the exporters read nothing through a link,
+  so no file outside the folder (a root-only host file) reaches a task, a sandbox or a report."""
+  base = root.resolve()
+  for dirpath, dirs, files in os.walk(root):  # os.walk does not follow folder links
+    for name in sorted(dirs + files):
+      p = pathlib.Path(dirpath, name)
+      if not p.is_symlink():
+        continue
+      try:
+        inside = p.resolve().is_relative_to(base)
+      except (OSError, RuntimeError):  # a link loop
+        inside = False
+      where = "inside" if inside else "outside"
+      raise TaskFormatError(
+        p, "path", f"is a symbolic link (to {where} the task folder); task folders hold no links"
+      )
 
 
 def read_toml(path: pathlib.Path) -> dict:
@@ -336,6 +360,7 @@ _TOP_KEYS = (
 def load_task(path: str | pathlib.Path, suite: str | None = None) -> Task:
   """Loads one task folder in our own format."""
   root = pathlib.Path(path)
+  check_links(root)
   toml_path = root / "task.toml"
   if not toml_path.is_file():
     raise TaskFormatError(toml_path, "<file>", "missing task.toml")

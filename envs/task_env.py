@@ -82,6 +82,7 @@ def task_spec(
   )
   wanted = {
     "apt_packages": task.apt_packages,
+    "apt_no_recommends": task.apt_no_recommends,
     "pip_packages": task.pip_packages,
     "mode": task.sandbox_mode,
   }

@@ -124,7 +124,7 @@ def _select():
   if not tasks and not errors:
     raise app.UsageError(f"--tasks={_TASKS.value!r} --filter={_FILTER.value!r}: no task")
   for e in errors:
-    logging.warning("load_error %s: %s", e.task_id, e.reason)
+    print(f"{e.task_id}: load_error: {e.reason}", file=sys.stderr)
   return tasks, errors
 
 
@@ -190,6 +190,9 @@ def main(argv):
     mark = "PASS" if rec["passed"] else rec["failure_mode"]
     bar.update(1)
     bar.set_postfix_str(f"passed {sum(bool(r['passed']) for r in done)}/{len(done)}")
+    if not rec["passed"]:  # why, at once, on the console (summary.md and report.html keep it)
+      why = report.failure_reason(rec)
+      bar.write(f"{rec['task_id']} #{rec['trial']}: {mark}: {why}", file=sys.stderr)
     logging.info(
       "[%d/%d] %s #%d: %s (%.1fs)",
       len(done),

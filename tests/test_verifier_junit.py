@@ -96,7 +96,8 @@ def test_tamper_flags_only_for_changed_files():
     "app.py": "changed",  # legit edit
     "sub/conftest.py": "new",
     "sitecustomize.py": "new",
-    "x.pth": "new",
+    "x.pth": "new",  # a .pth outside a site folder is data (a PyTorch model), not a hook
+    "venv/lib/python3.12/site-packages/x.pth": "new",
     "pytest/__init__.py": "new",
     "json.py": "new",  # shadows the standard library at the workspace root
     "pkg/json.py": "h3",
@@ -110,7 +111,7 @@ def test_tamper_flags_only_for_changed_files():
     "tamper:planted:pytest/__init__.py",
     "tamper:planted:sitecustomize.py",
     "tamper:planted:sub/conftest.py",
-    "tamper:planted:x.pth",
+    "tamper:planted:venv/lib/python3.12/site-packages/x.pth",
   ]
 
 

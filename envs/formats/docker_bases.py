@@ -121,6 +121,22 @@ def python_link(image: str) -> str:
   return "\n".join(lines)
 
 
+# Folders the public Debian/Ubuntu images have although their slim builds drop the files in them
+# (debuerreotype keeps the folders): a step `mv x.1 /usr/share/man/man1/` must work as in Docker.
+SKELETON = tuple(f"/usr/share/man/man{i}" for i in range(1, 9)) + (
+  "/usr/share/doc",
+  "/usr/share/info",
+  "/usr/share/locale",
+  "/usr/share/lintian/overrides",
+)
+
+
+def skeleton(image: str) -> str:
+  """A setup line that makes the public images' folder skeleton where the root is writable."""
+  del image  # every base the replay takes is Debian or Ubuntu (map_base refuses the others)
+  return f"[ -w /usr/share ] && mkdir -p {' '.join(SKELETON)} 2>/dev/null || :"
+
+
 def base_user() -> str:
   """A setup line that removes the base image's own user `agent` (uid 1000, the read-only
   mode's user), which no public image has, where /etc/passwd is writable (the container-like

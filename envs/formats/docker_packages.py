@@ -4,6 +4,8 @@ tools that are dropped, and the setup-script prelude that checks the packages ar
 
 from __future__ import annotations
 
+import dataclasses
+import posixpath
 import re
 
 # Tools a harness or a network installer needs, never the task itself: dropped with a warning.
@@ -41,6 +43,14 @@ def apt_install(argv: list[str]) -> list[str] | None:
   return [a.split("=")[0] for a in argv[2:] if not a.startswith("-") and a != "install"]
 
 
+def no_recommends(argv: list[str]) -> bool:
+  """Whether an apt-get install line turns recommends off (the flag, or its apt option)."""
+  joined = " ".join(argv)
+  return "--no-install-recommends" in argv or bool(
+    re.search(r"APT::Install-Recommends=[\"']?(0|false|no)\b", joined, re.I)
+  )
+
+
 def apt_noop(argv: list[str]) -> bool:
   """apt housekeeping (update, clean, ...): dropped, the image layer holds the packages."""
   if not argv or argv[0] not in ("apt-get", "apt", "aptitude"):
@@ -54,27 +64,108 @@ def strip_prefix(argv: list[str]) -> list[str]:
   return argv
 
 
-def pip_args(argv: list[str]) -> list[str] | None:
-  """The requirements of a pip install command line ('-rFILE' for files), or None."""
+_INDEX_OPTIONS = frozenset({"-i", "--index-url", "--extra-index-url", "-f", "--find-links"})
+_FILE_OPTIONS = {
+  "-r": "files",
+  "--requirement": "files",
+  "-c": "constraints",
+  "--constraint": "constraints",
+}
+_LOCAL_LABEL = re.compile(r"(===?\s*[\w.!*]+)\+[\w.]+")  # torch==2.7.1+cpu: one index's build
+
+
+@dataclasses.dataclass
+class PipInstall:
+  """A pip install command line, parsed as pip does."""
+
+  reqs: list[str] = dataclasses.field(default_factory=list)
+  files: list[str] = dataclasses.field(default_factory=list)  # -r FILE
+  constraints: list[str] = dataclasses.field(default_factory=list)  # -c FILE
+  notes: list[str] = dataclasses.field(default_factory=list)  # what was mapped or left out
+
+
+def pip_install(argv: list[str]) -> PipInstall | None:
+  """The parsed pip install of a command line (pip, pip3.X, python -m pip, uv pip), or None."""
   if argv[:3] == ["uv", "pip", "install"]:
-    a = argv[3:]
+    words = argv[3:]
   elif argv and re.fullmatch(r"pip3?(\.\d+)?", argv[0]) and argv[1:2] == ["install"]:
-    a = argv[2:]
+    words = argv[2:]
   elif (
     argv and re.fullmatch(r"python3?(\.\d+)?", argv[0]) and argv[1:4] == ["-m", "pip", "install"]
   ):
-    a = argv[4:]
+    words = argv[4:]
   else:
     return None
-  reqs, it = [], iter(a)
-  for t in it:
-    if t in ("-r", "--requirement"):
-      reqs.append("-r" + next(it, ""))
-    elif t in PIP_VALUE_OPTIONS:
-      next(it, None)
-    elif not t.startswith("-"):
-      reqs.append(t)
-  return reqs
+  out = PipInstall()
+  _pip_words(words, out)
+  return out
+
+
+def _pip_words(words: list[str], out: PipInstall) -> None:
+  it = iter(words)
+  for w in it:
+    opt, eq, val = w.partition("=") if w.startswith("--") else (w, "", "")
+    if opt in _FILE_OPTIONS or opt in _INDEX_OPTIONS or opt in PIP_VALUE_OPTIONS:
+      v = val if eq else next(it, "")
+      if opt in _FILE_OPTIONS:
+        getattr(out, _FILE_OPTIONS[opt]).append(v)
+      elif opt in _INDEX_OPTIONS:  # never a host of ours: the layer uses the machine's config
+        out.notes.append(f"pip {opt} {v}: packages come from this machine's pip sources")
+    elif opt in ("-e", "--editable"):
+      out.notes.append(f"pip editable install of {next(it, '')} is not replayed")
+    elif w == "--pre":
+      out.notes.append("pip --pre: pin a pre-release (==) to get one from the layer")
+    elif not w.startswith("-"):  # flags (--break-system-packages, --user, -U) change nothing
+      _requirement(w, out)
+
+
+def _requirement(req: str, out: PipInstall) -> None:
+  if re.match(r"^([\w.+-]+\s*@\s*)?(\w+\+)?\w+://", req):
+    out.notes.append(f"pip requirement {req} is a URL (no network here): not installed")
+  elif req.startswith((".", "/", "~")) or req.endswith((".whl", ".tar.gz", ".zip")):
+    out.notes.append(f"pip install of the local path {req} is not replayed")
+  else:
+    plain = _LOCAL_LABEL.sub(r"\1", req)
+    if plain != req:
+      out.notes.append(f"pip {req}: local version label dropped ({plain})")
+    out.reqs.append(plain)
+
+
+def requirements_file(text: str) -> PipInstall:
+  """A requirements (or constraints) file: one requirement or option line each."""
+  out = PipInstall()
+  for raw in text.splitlines():
+    line = re.sub(r"(^|\s)#.*", "", raw).strip()
+    if line.startswith("-"):
+      _pip_words(line.split(), out)
+    elif line:
+      _requirement(line, out)
+  return out
+
+
+def constrained(reqs: list[str], constraints: list[str]) -> list[str]:
+  """Requirements with a constraint file's pin where they name none."""
+  pins = {re.split(r"[<>=!~\[; @]", c, maxsplit=1)[0].lower(): c for c in constraints}
+  return [pins.get(r.lower(), r) if re.fullmatch(r"[\w.-]+", r) else r for r in reqs]
+
+
+def pip_requirements(pi: PipInstall, context: dict) -> tuple[list[str], list[str]]:
+  """(requirements, notes) of a pip install, its -r and -c files read from the build context
+  (`context`: path -> FileEntry; a file is found by its path or, failing that, its name)."""
+  cons, notes = [], list(pi.notes)
+  reqs = list(pi.reqs)
+  for kind, names in (("files", pi.files), ("constraints", pi.constraints)):
+    for name in names:
+      f = context.get(posixpath.normpath(name)) or next(
+        (f for p, f in sorted(context.items()) if posixpath.basename(p) == name), None
+      )
+      if f is None:
+        notes.append(f"pip file {name} is not in the build context: its packages not installed")
+        continue
+      got = requirements_file(f.data.decode(errors="replace"))
+      (reqs if kind == "files" else cons).extend(got.reqs)
+      notes += got.notes
+  return constrained(reqs, cons), list(dict.fromkeys(notes))
 
 
 PRELUDE = r"""set -u

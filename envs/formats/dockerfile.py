@@ -44,6 +44,7 @@ from envs.formats.docker_bases import (
   base_user,
   map_base,
   python_link,
+  skeleton,
   toolchain,
 )
 from envs.formats.docker_packages import (
@@ -52,22 +53,29 @@ from envs.formats.docker_packages import (
   PRELUDE,
   apt_install,
   apt_noop,
-  pip_args,
+  no_recommends,
+  pip_install,
+  pip_requirements,
   strip_prefix,
 )
 from envs.formats.dockerfile_syntax import (
   DockerfileError,
   expand,
+  heredoc_script,
+  heredocs,
   logical_lines,
   parse_kv,
   split_segments,
+  without_heredocs,
 )
 from envs.task import FileEntry, Files, TaskFormatError
 
 __all__ = ["DockerPlan", "DockerfileError", "KNOWN_BASES", "TB1_EXCLUDED", "translate"]
 
-# A Terminal-Bench 1 task's build context is its whole folder: the harness's own files are
-# not part of the image. Harbor's context is environment/, all of it (a tests/ folder too).
+# A Terminal-Bench 1 task's build context is its whole folder (less .dockerignore), the harness's
+# own files too: a COPY that names one (`COPY solution.sh /app/`, `COPY tests/data.txt .`) gets
+# it, as in Docker. A folder or wildcard COPY (`COPY . /app`) leaves them out, so the agent never
+# finds the answer or the hidden tests in its workspace. Harbor's context is environment/.
 TB1_EXCLUDED = ("tests", "solution", "solution.sh", "solution.yaml", "run-tests.sh")
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
@@ -86,13 +94,15 @@ class DockerPlan:
   pip_packages: tuple[str, ...] = ()
   user: str = ""
   needs_container: bool = False  # writes outside the workspace (a COPY into /, /usr, ...)
+  apt_no_recommends: tuple[str, ...] = ()  # of apt_packages: those installed without recommends
 
 
 class _Translator:
   def __init__(self, file: str, context: Files, strict: bool, exclude: tuple[str, ...]):
-    self.file, self.strict = file, strict
-    self.context = {f.path: f for f in context if f.path.split("/", 1)[0] not in exclude}
+    self.file, self.strict, self.hidden = file, strict, exclude
+    self.context = {f.path: f for f in context}
     self.apt: list[str] = []
+    self.no_rec: list[str] = []  # installed by a line with --no-install-recommends
     self.pip: list[str] = []
     self.env: dict[str, str] = {"PATH": DEFAULT_PATH}
     self.args: dict[str, str] = {}
@@ -163,6 +173,8 @@ class _Translator:
     for k, v in parse_kv(args if "=" in args else args + "=", self.file, line, text):
       self.args[k] = expand(v, {**self.args, **self.env})
       self.env.setdefault(k, self.args[k])
+      if k not in self.task_env:  # RUN sees a build argument (an ENV of that name wins)
+        self.steps.append((line, "env", f"export {k}={shlex.quote(self.env[k])}"))
 
   def do_env(self, line, text, args):
     for k, v in parse_kv(args, self.file, line, text):
@@ -179,6 +191,11 @@ class _Translator:
 
   def do_run(self, line, text, args):
     args = re.sub(r"^(--\w+(=\S+)?\s+)+", "", args)  # --mount=..., --network=...
+    first, docs = heredocs(args)
+    if len(docs) == 1 and not without_heredocs(first):  # `RUN <<EOF`: the body is the script
+      script = heredoc_script(docs[0].body, lambda cmd: self.rewrite(line, text, cmd))
+      self.steps.append((line, "run", script))
+      return
     if args.startswith("["):
       # Docker's rule: a JSON array of strings is the exec form; anything else (`[ -e x ] &&
       # ...`, the test command) is the shell form.
@@ -223,6 +240,8 @@ class _Translator:
       if skipped:
         self.warn(line, f"harness/network packages not installed: {' '.join(skipped)}")
       self.apt += [p for p in pkgs if p not in self.apt]
+      if no_recommends(argv):  # Debian's default otherwise: recommends come too, as in Docker
+        self.no_rec += [p for p in pkgs if p not in self.no_rec]
       need = [p for p in pkgs if p not in HARNESS_PACKAGES]
       return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
     if apt_noop(argv):
@@ -237,11 +256,13 @@ class _Translator:
       raise self.err(line, text, "downloads from the network, which the sandbox does not have")
     if prog == "rm" and all(a.startswith("-") or not self.writable(a) for a in argv[1:]):
       return ":"  # cache clean-ups of the read-only image
-    reqs = pip_args(argv)
-    if reqs is not None:
-      tool = [r for r in reqs if re.match(r"^(uv|pip|setuptools|wheel)\b", r)]
-      reqs = [r for r in reqs if r not in tool]
-      self.pip += [r for r in reqs if not r.startswith("-r") and r not in self.pip]
+    pi = pip_install(argv)
+    if pi is not None:
+      reqs, notes = pip_requirements(pi, self.context)
+      for note in notes:
+        self.warn(line, note)
+      reqs = [r for r in reqs if not re.match(r"^(uv|pip|setuptools|wheel)\b", r)]
+      self.pip += [r for r in reqs if r not in self.pip]
       return f"agentrl_pip {line} {shlex.join(reqs)}" if reqs else ":"
     if prog in ("uv", "uvx"):
       self.warn(
@@ -261,19 +282,26 @@ class _Translator:
     return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
 
   def do_copy(self, line, text, args, add=False):
+    first, docs = heredocs(args)  # `COPY <<a.txt <<b.txt /dest/`: files written inline
+    args = without_heredocs(first) if docs else args
     opts = dict(re.findall(r"--(\w+)(?:=(\S+))?\s+", args))
     args = re.sub(r"^(--\w+(=\S+)?\s+)+", "", args)
     if "from" in opts:
       raise self.err(line, text, "COPY --from (multi-stage) is not supported")
     toks = json.loads(args) if args.startswith("[") else shlex.split(args)
-    if len(toks) < 2:
+    if len(toks) + len(docs) < 2:
       raise self.err(line, text, "needs a source and a destination")
     srcs, dest = toks[:-1], expand(toks[-1], self.env)
     dest_abs = posixpath.normpath(posixpath.join(self.cwd, dest))
     mode = int(opts["chmod"], 8) if opts.get("chmod") else None
-    as_dir = dest.endswith("/") or len(srcs) > 1 or dest_abs in self.workdirs or dest_abs == "/tmp"
+    as_dir = dest.endswith("/") or len(srcs) + len(docs) > 1 or dest_abs in self.workdirs
+    as_dir = as_dir or dest_abs == "/tmp"
     staged = f"ctx/{len(self.steps)}"
-    entries: list[tuple[str, FileEntry]] = []
+    env = {**self.args, **self.env}
+    entries: list[tuple[str, FileEntry, bool]] = [
+      (d.name, FileEntry(d.name, (d.body if d.quoted else expand(d.body, env)).encode()), True)
+      for d in docs
+    ]
     for src in srcs:
       if re.match(r"^\w+://", src):
         raise self.err(line, text, f"{src!r} is a URL; the sandbox has no network")
@@ -300,7 +328,10 @@ class _Translator:
       raise self.err(line, text, f"source {src!r} is outside the build context")
     s = "" if s == "." else s
     out = []
+    named = s.split("/", 1)[0] in self.hidden  # the COPY names a harness file or folder
     for path, f in sorted(self.context.items()):
+      if not named and path.split("/", 1)[0] in self.hidden:
+        continue
       if s == "" or path.startswith(s + "/"):  # a directory: its contents
         rel, itself = (path[len(s) + 1 :] if s else path), False
       elif path == s:
@@ -357,6 +388,7 @@ def translate(
   if not t.workdirs:
     t.warn(0, "no WORKDIR; the workspace is /workspace")
   lines = [PRELUDE, f"export PATH={shlex.quote(DEFAULT_PATH)}", python_link(t.base), base_user()]
+  lines.append(skeleton(t.base))
   # As in Docker, a RUN runs as the USER before it (name[:group] or uid[:gid]; "": root).
   user, home_set = "", False
   for line, kind, payload in t.steps:
@@ -401,4 +433,5 @@ def translate(
     tuple(t.pip),
     user,
     bool(outside),
+    tuple(p for p in t.no_rec if p in t.apt),
   )

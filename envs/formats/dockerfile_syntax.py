@@ -3,9 +3,13 @@ arguments and the top-level split of a shell command (used by envs.formats.docke
 
 from __future__ import annotations
 
+import dataclasses
+import posixpath
 import re
 import shlex
+from collections.abc import Callable
 
+from envs.formats.test_script import commands
 from envs.task import TaskFormatError
 
 
@@ -17,8 +21,45 @@ class DockerfileError(TaskFormatError):
     self.line = line
 
 
+# BuildKit heredocs (`RUN <<EOF`, `COPY <<a.txt <<b.txt /dest/`, `<<-` and quoted delimiters);
+# `<<<` is a here-string, not a heredoc. Only RUN, COPY and ADD take them, as in Docker.
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)(-?)[ \t]*(['\"]?)([A-Za-z_][\w.-]*)\2")
+_HEREDOC_INSTRUCTIONS = ("RUN", "COPY", "ADD")
+
+
+@dataclasses.dataclass(frozen=True)
+class Heredoc:
+  """One heredoc of an instruction: its name (a COPY source's file name), body and quoting."""
+
+  name: str
+  body: str  # each line ends with a newline; `<<-` has stripped leading tabs
+  quoted: bool  # a quoted delimiter: no variable expansion
+
+
+def _unquoted(line: str) -> list[bool]:
+  """Per character of `line`: whether it is outside single or double quotes."""
+  out, quote = [], None
+  for c in line:
+    out.append(quote is None)
+    if quote is None and c in "'\"":
+      quote = c
+    elif c == quote:
+      quote = None
+  return out
+
+
+def _markers(first: str) -> list[re.Match]:
+  free = _unquoted(first)
+  return [m for m in _HEREDOC.finditer(first) if free[m.start()]]
+
+
+def _ends(line: str, m: re.Match) -> bool:
+  return (line.lstrip("\t") if m.group(1) else line).strip() == m.group(3)
+
+
 def logical_lines(text: str) -> list[tuple[int, str]]:
-  """(first line number, instruction text) with continuations, comments and heredocs folded."""
+  """(first line number, instruction text) with continuations, comments and heredocs folded
+  (an instruction's heredoc bodies and terminators follow its first line, as in a shell)."""
   out, buf, start = [], [], 0
   lines = text.splitlines()
   i = 0
@@ -36,20 +77,86 @@ def logical_lines(text: str) -> list[tuple[int, str]]:
       continue
     buf.append(line)
     joined = " ".join(buf)  # Docker drops the escaped newline of a continuation
-    heredoc = re.search(r"<<-?\s*['\"]?(\w+)['\"]?", joined)
-    if heredoc and joined.split(None, 1)[0].upper() == "RUN":
-      end = heredoc.group(1)
+    takes = joined.split(None, 1)[0].upper() in _HEREDOC_INSTRUCTIONS
+    for m in _markers(joined) if takes else ():
       body = []
-      while i < len(lines) and lines[i].strip() != end:
+      while i < len(lines) and not _ends(lines[i], m):
         body.append(lines[i])
         i += 1
       i += 1
-      joined = joined + "\n" + "\n".join(body) + "\n" + end
+      joined += "\n" + "".join(b + "\n" for b in body) + m.group(3)
     out.append((start, joined))
     buf = []
   if buf:
     out.append((start, " ".join(buf)))
   return out
+
+
+def heredocs(instr: str) -> tuple[str, list[Heredoc]]:
+  """A RUN/COPY/ADD's arguments folded by logical_lines: (first line, its heredocs in order)."""
+  first, *rest = instr.split("\n")
+  docs = []
+  for m in _markers(first):
+    body = []
+    while rest and not _ends(rest[0], m):
+      line = rest.pop(0)
+      body.append((line.lstrip("\t") if m.group(1) else line) + "\n")
+    rest = rest[1:]
+    docs.append(Heredoc(m.group(3), "".join(body), bool(m.group(2))))
+  return first, docs
+
+
+def without_heredocs(first: str) -> str:
+  """The first line of an instruction with its heredoc markers taken out."""
+  return _HEREDOC.sub(" ", first).strip()
+
+
+def heredoc_script(body: str, rewrite: Callable[[str], str]) -> str:
+  """The replay of `RUN <<EOF`: BuildKit runs the body as a `/bin/sh -c` script (no `-e`: only
+  its last command's status counts), or, with a `#!` line, as a file run by that interpreter.
+  Its one-line commands go through `rewrite` (package installs); blocks stay verbatim."""
+  if body.startswith("#!"):
+    return (
+      "f=$(mktemp) && cat > \"$f\" <<'__AGENTRL_HEREDOC__'\n"
+      f"{body}__AGENTRL_HEREDOC__\n"
+      'chmod +x "$f" && "$f"; rc=$?; rm -f "$f"; exit $rc'
+    )
+  cmds = [c if "\n" in c else rewrite(c) for _, c in commands(body)]
+  return "set +e\n" + "\n".join(cmds) + "\n"
+
+
+def ignored(patterns: list[str], path: str) -> bool:
+  """Whether a build-context path is left out by .dockerignore lines (the last match decides;
+  `!` re-includes; `**` matches any number of folders; a matched folder takes its contents)."""
+  out = False
+  for pat in patterns:
+    neg = pat.startswith("!")
+    rx = _ignore_regex(pat[1:] if neg else pat)
+    if rx is not None and rx.match(path):
+      out = not neg
+  return out
+
+
+def _ignore_regex(pat: str) -> re.Pattern | None:
+  pat = posixpath.normpath(pat.strip().lstrip("/")) if pat.strip() else ""
+  if not pat or pat == ".":
+    return None
+  rx = ""
+  for part in re.split(r"(\*\*/?|\*|\?)", pat):
+    if part.startswith("**"):
+      rx += ".*"
+    elif part == "*":
+      rx += "[^/]*"
+    elif part == "?":
+      rx += "[^/]"
+    else:
+      rx += re.escape(part)
+  return re.compile(rx + "(/.*)?$")
+
+
+def dockerignore(text: str) -> list[str]:
+  """The patterns of a .dockerignore file (comments and blank lines dropped)."""
+  return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
 def expand(value: str, env: dict[str, str]) -> str:

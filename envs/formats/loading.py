@@ -64,6 +64,8 @@ def detect_format(path: str | pathlib.Path) -> str:
   if (root / "task.yaml").is_file():
     return "terminal-bench"
   if (root / "task.toml").is_file():
+    if (root / "task.toml").is_symlink():  # never read through a link: the loader refuses it
+      return "agentrl"
     # Our format has a top-level `domain`; Harbor keeps its metadata in [metadata].
     try:
       top = tomllib.loads((root / "task.toml").read_text())

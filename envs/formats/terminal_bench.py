@@ -22,6 +22,7 @@ import re
 import yaml
 
 from envs.formats import compose, dockerfile, test_script
+from envs.formats.dockerfile_syntax import dockerignore, ignored
 from envs.formats.test_script import TestScript
 from envs.task import (
   Fields,
@@ -30,6 +31,7 @@ from envs.task import (
   Task,
   TaskFormatError,
   TestSpec,
+  check_links,
   infer_runner,
   read_toml,
   read_tree,
@@ -80,6 +82,17 @@ awk '/short test summary info/ { s = 1; next }
 """
 
 
+def _texts(files: tuple[FileEntry, ...]) -> dict[str, str]:
+  """The test folder's text files by relative path (helpers a runner script may source)."""
+  out = {}
+  for f in files:
+    try:
+      out[f.path] = f.data.decode()
+    except UnicodeDecodeError:
+      continue
+  return out
+
+
 def _tests(
   root: pathlib.Path, runner_script: pathlib.Path, parser: str | None = None
 ) -> tuple[TestSpec, TestScript | None]:
@@ -96,7 +109,7 @@ def _tests(
     if infer_runner(others) != "pytest" or not others:
       raise TaskFormatError(root / "tests", "<dir>", "no tests (tests/ is missing or empty)")
     return TestSpec(others, "pytest", rewrite_paths=True), None
-  plan = test_script.parse(runner_script.read_text(), str(runner_script))
+  plan = test_script.parse(runner_script.read_text(), str(runner_script), _texts(others))
   if plan.runs_pytest:
     if not any(pathlib.PurePosixPath(t.path).name.startswith("test_") for t in others):
       raise TaskFormatError(
@@ -140,8 +153,11 @@ def _translate(
     raise TaskFormatError(
       dockerfile_path, "<file>", "missing Dockerfile (images cannot be pulled; it is translated)"
     )
+  ignore = context_dir / ".dockerignore"
+  patterns = dockerignore(ignore.read_text()) if ignore.is_file() else []
+  context = tuple(f for f in read_tree(context_dir) if not ignored(patterns, f.path))
   return dockerfile.translate(
-    dockerfile_path.read_text(), read_tree(context_dir), str(dockerfile_path), exclude=exclude
+    dockerfile_path.read_text(), context, str(dockerfile_path), exclude=exclude
   )
 
 
@@ -155,6 +171,7 @@ def _image_fields(plan: dockerfile.DockerPlan, script: TestScript | None) -> dic
     workdir=plan.workdir,
     env=plan.env,
     apt_packages=tuple(dict.fromkeys(plan.apt_packages + extra_apt)),
+    apt_no_recommends=tuple(p for p in plan.apt_no_recommends if p not in extra_apt),
     pip_packages=tuple(dict.fromkeys(plan.pip_packages + extra_pip)),
     user=plan.user,
     sandbox_mode="container" if plan.needs_container else "",
@@ -175,6 +192,7 @@ def _warnings(plan: dockerfile.DockerPlan, script: TestScript | None) -> tuple:
 def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> Task:
   """Loads a Terminal-Bench task folder."""
   root = pathlib.Path(path)
+  check_links(root)
   yml = root / "task.yaml"
   try:
     data = yaml.safe_load(yml.read_text())
@@ -235,6 +253,7 @@ def _size_mb(f: Fields, key_mb: str, key_str: str, default: int) -> int:
 def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
   """Loads a Harbor task folder."""
   root = pathlib.Path(path)
+  check_links(root)
   toml_path = root / "task.toml"
   f = Fields(read_toml(toml_path), toml_path)
   meta, agent, ver, env = f.sub("metadata"), f.sub("agent"), f.sub("verifier"), f.sub("environment")

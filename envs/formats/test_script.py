@@ -13,6 +13,11 @@ every other command still runs, in order:
 
 A script without a pytest invocation is kept whole (less its boilerplate) as a `shell` runner.
 A command that needs the network and is not boilerplate fails loudly, naming the line.
+
+Helpers the script sources or calls from the test folder (`source $TEST_DIR/setup-uv-pytest.sh`,
+`bash /tests/run-uv-pytest.sh`: TB1's standard runner) are followed and split the same way, so
+the install-then-pytest pattern is found wherever it is; the kept commands of a *called* helper
+run in a subshell each (its `cd` and exports do not leak, as with `bash FILE`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+from collections.abc import Iterator, Mapping
 
-from envs.formats.docker_packages import HARNESS_PACKAGES
+from envs.formats.docker_packages import HARNESS_PACKAGES, pip_install
 from envs.task import TaskFormatError
 
 # Test tooling a script installs for itself: the verifier brings its own pytest.
@@ -92,11 +98,15 @@ def commands(script: str) -> list[tuple[int, str]]:
   return out
 
 
-def _argv(cmd: str) -> list[str]:
+def _raw_argv(cmd: str) -> list[str]:
   try:
-    argv = shlex.split(cmd.replace("\\\n", " "), comments=True)
+    return shlex.split(cmd.replace("\\\n", " "), comments=True)
   except ValueError:
     return []
+
+
+def _argv(cmd: str) -> list[str]:
+  argv = _raw_argv(cmd)
   while argv and (re.match(r"^\w+=", argv[0]) or argv[0] in ("sudo", "env", "exec", "-E")):
     argv = argv[1:]
   return argv
@@ -138,15 +148,11 @@ def _packages(argv: list[str]) -> tuple[str, list[str]] | None:
     argv[:1] in (["apt-get"], ["apt"]) and "install" in argv
   ):
     return "apt", [a.split("=")[0] for a in argv[1:] if not a.startswith("-") and a != "install"]
-  for head in (["uv", "pip", "install"], ["uv", "add"], ["pip", "install"], ["pip3", "install"]):
-    if argv[: len(head)] == head:
-      return "pip", [a for a in argv[len(head) :] if not a.startswith("-")]
-  if re.fullmatch(r"python3?(\.\d+)?", argv[0] if argv else "") and argv[1:4] == [
-    "-m",
-    "pip",
-    "install",
-  ]:
-    return "pip", [a for a in argv[4:] if not a.startswith("-")]
+  # pip's own options parsed (an --index-url's URL is no package; the layer uses this machine's
+  # pip sources); `uv add PKG` is a pip install of PKG
+  pi = pip_install(["pip", "install", *argv[2:]] if argv[:2] == ["uv", "add"] else argv)
+  if pi is not None:
+    return "pip", pi.reqs
   return None
 
 
@@ -170,7 +176,40 @@ def _boilerplate(cmd: str, argv: list[str], after_pytest: bool) -> bool:
   return bool(re.fullmatch(r"[\w]+=\$\?", cmd.strip()))
 
 
-def parse(script: str, file: str) -> TestScript:
+_HELPER = re.compile(r"^(?:\$\{?TEST_DIR\}?|/tests)/(?P<rel>[\w./-]+)$")
+_MAX_DEPTH = 4
+
+
+def _helper(argv: list[str], helpers: Mapping[str, str]) -> tuple[str, bool] | None:
+  """(test-folder path, called) when `argv` sources or runs a script of the test folder."""
+  if len(argv) < 2:
+    return None
+  if argv[0] in ("source", "."):
+    called = False
+  elif argv[0] in ("bash", "sh") and not argv[1].startswith("-"):
+    called = True
+  else:
+    return None
+  m = _HELPER.match(argv[1])
+  rel = m.group("rel").lstrip("./") if m else None
+  return (rel, called) if rel in helpers else None
+
+
+def _expand(
+  script: str, where: str, helpers: Mapping[str, str], depth: int = 0
+) -> Iterator[tuple[str, str, bool]]:
+  """(location, command, in a subshell) of every command, test-folder helpers inlined."""
+  for no, cmd in commands(script):
+    h = _helper(_raw_argv(cmd), helpers)
+    if h is None or depth >= _MAX_DEPTH:
+      yield f"{where}line {no}", cmd, False
+      continue
+    rel, called = h
+    for loc, c, sub in _expand(helpers[rel], f"tests/{rel} ", helpers, depth + 1):
+      yield loc, c, sub or called
+
+
+def parse(script: str, file: str, helpers: Mapping[str, str] | None = None) -> TestScript:
   """Splits a test script; TaskFormatError names the line of a command that cannot be kept."""
   pre: list[str] = []
   post: list[str] = []
@@ -179,7 +218,7 @@ def parse(script: str, file: str) -> TestScript:
   dropped: list[str] = []
   pytest_line = None
   set_e = False
-  for no, cmd in commands(script):
+  for loc, cmd, sub in _expand(script, "", helpers or {}):
     if cmd.startswith("#!"):
       continue
     argv = _argv(cmd)
@@ -188,12 +227,10 @@ def parse(script: str, file: str) -> TestScript:
     extras = _pytest_extras(argv)
     if extras is not None:
       if pytest_line is not None:
-        raise TaskFormatError(
-          file, f"line {no}", f"a second pytest run (first: line {pytest_line})"
-        )
-      pytest_line = no
+        raise TaskFormatError(file, loc, f"a second pytest run (first: {pytest_line})")
+      pytest_line = loc
       pip += [e for e in extras if not TOOLING.match(_name(e))]
-      dropped.append(f"line {no}: {cmd.splitlines()[0][:120]}")
+      dropped.append(f"{loc}: {cmd.splitlines()[0][:120]}")
       continue
     pk = _packages(argv)
     if pk is not None:
@@ -202,18 +239,18 @@ def parse(script: str, file: str) -> TestScript:
         apt += [n for n in names if n not in HARNESS_PACKAGES]
       else:
         pip += [n for n in names if not TOOLING.match(_name(n))]
-      dropped.append(f"line {no}: {cmd.splitlines()[0][:120]}")
+      dropped.append(f"{loc}: {cmd.splitlines()[0][:120]}")
       continue
     if _boilerplate(cmd, argv, pytest_line is not None):
-      dropped.append(f"line {no}: {cmd.splitlines()[0][:120]}")
+      dropped.append(f"{loc}: {cmd.splitlines()[0][:120]}")
       continue
     if _NETWORK.search(cmd):
       raise TaskFormatError(
         file,
-        f"line {no}",
+        loc,
         f"needs the network at test time, which the sandbox does not have: {cmd.splitlines()[0][:160]}",
       )
-    (post if pytest_line is not None else pre).append(cmd)
+    (post if pytest_line is not None else pre).append(f"(\n{cmd}\n)" if sub else cmd)
   uniq = lambda xs: tuple(dict.fromkeys(xs))  # noqa: E731
   if pytest_line is None:
     return TestScript(

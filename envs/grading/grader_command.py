@@ -30,6 +30,8 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RC_MARK = "@@AGENTRL_RC="
 REPORT_BEGIN, REPORT_END = "@@AGENTRL_REPORT_BEGIN@@", "@@AGENTRL_REPORT_END@@"
 TESTS_CHANGED = "@@AGENTRL_TESTS_CHANGED@@"
+OUTPUT_BEGIN, OUTPUT_END = "@@AGENTRL_OUTPUT_BEGIN@@", "@@AGENTRL_OUTPUT_END@@"
+OUTPUT_BYTES = 4096  # the tail of the test runner's output kept with the result
 WITNESS = "@@W "  # a witness line: "@@W <base64 node id> call|func ok|raised"
 # Runs pytest; the report goes to fd 3 (the exec's stdout) and the process ends with os._exit.
 # The witness plugin is registered before any test module (or agent code) is imported: as the
@@ -178,9 +180,14 @@ def grade_command(
     head, tail = f'echo "{REPORT_BEGIN}{nonce}"\n', f'echo; echo "{REPORT_END}{nonce}"\n'
   # Absolute paths: a task's own PATH (e.g. /app/bin first) must not pick the grader's tools.
   # Strays are killed again after the tests so nothing they started rewrites the report.
+  # The runner's own output (base64: whatever the tests print cannot fake a mark) for the result.
+  output = (
+    f'echo "{OUTPUT_BEGIN}{nonce}"; /usr/bin/tail -c {OUTPUT_BYTES} {ldir}/test-output.txt '
+    f'2>/dev/null | /usr/bin/base64 -w0; echo; echo "{OUTPUT_END}{nonce}"\n'
+  )
   return (
     f"{KILL_STRAYS}\n{check}cd {shlex.quote(task.workdir)} || exit 90\n{head}"
     f"/usr/bin/env -i {_test_env(task, gdir, nonce)} /usr/bin/timeout -k 5 {int(timeout)} "
-    f"{run}\n__rc=$?\n{KILL_STRAYS}\n{tail}"
+    f"{run}\n__rc=$?\n{KILL_STRAYS}\n{tail}{output}"
     f'echo "{RC_MARK}${{__rc}}@@{nonce}"'
   )

@@ -134,6 +134,11 @@ def shadowed_module(path: str) -> str | None:
   return None
 
 
+# Python's `site` runs a .pth file's import lines only in these folders; anywhere else a .pth is
+# data (a PyTorch model the task asks for), not a path hook.
+_SITE_DIRS = frozenset({"site-packages", "dist-packages"})
+
+
 def tamper_flags(
   baseline: dict[str, str],
   now: dict[str, str],
@@ -158,6 +163,7 @@ def tamper_flags(
     if (
       p.name in _TAMPER_NAMES
       or p.suffix == ".pth"
+      and bool(_SITE_DIRS.intersection(p.parts[:-1]))
       or "_pytest" in p.parts
       or "pytest" in p.parts[:-1]
     ):

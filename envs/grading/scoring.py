@@ -58,6 +58,7 @@ class GradeResult:
   duration_s: float = 0.0
   detail: str = ""
   log: str = ""
+  output: str = ""  # a capped tail of the test runner's own output (pytest's, test.sh's)
 
   def to_dict(self) -> dict:
     d = dataclasses.asdict(self)

@@ -12,6 +12,7 @@ the agent's failure (`grader_blocked`), never an infrastructure mask.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import re
@@ -22,6 +23,8 @@ import uuid
 
 from envs.grading.grader_command import (
   GRADER_ROOT,
+  OUTPUT_BEGIN,
+  OUTPUT_END,
   RC_MARK,
   REPORT_BEGIN,
   REPORT_END,
@@ -78,6 +81,13 @@ def _between(text: str, start: str, end: str) -> str | None:
   i = text.find(start)
   j = text.find(end, i + len(start)) if i >= 0 else -1
   return text[i + len(start) : j] if i >= 0 and j >= 0 else None
+
+
+def _decoded(b64: str | None) -> str:
+  try:
+    return base64.b64decode(b64 or "").decode("utf-8", "replace")
+  except ValueError:
+    return ""
 
 
 def system_flags(sb: Sandbox, baseline: dict[str, str] | None) -> list[str]:
@@ -178,8 +188,11 @@ class Verifier:
     rc = int(m.group(1)) if m else None
     report = _between(r.stdout, f"{REPORT_BEGIN}{nonce}\n", f"\n{REPORT_END}{nonce}")
     stdout = r.stdout if report is None else r.stdout.replace(report, "[report]")
+    output = _between(stdout, f"{OUTPUT_BEGIN}{nonce}\n", f"\n{OUTPUT_END}{nonce}")
+    stdout = stdout if not output else stdout.replace(output, "[output]")
     log = (stdout + "\n--- stderr ---\n" + r.stderr)[-self.cfg.max_log_chars :]
-    base = dict(task_id=task.id, exit_code=rc, flags=tuple(flags), log=log)
+    text = _decoded(output).replace(tdir, "/tests").replace(ldir, "/logs/verifier")
+    base = dict(task_id=task.id, exit_code=rc, flags=tuple(flags), log=log, output=text)
     if f"{TESTS_CHANGED}{nonce}" in r.stdout:
       why = "the hidden tests changed between upload and run (a process outlived the cleanup)"
       flags.append("tamper:tests_modified")

@@ -61,6 +61,9 @@ class SandboxSpec:
   # /tmp and $HOME (disk_mb each), a non-root user.
   mode: str = "container"
   apt_packages: tuple[str, ...] = ()  # installed into a cached image layer at build time
+  # of apt_packages, those installed with --no-install-recommends (the rest get recommends, as
+  # Debian's apt and Docker builds do)
+  apt_no_recommends: tuple[str, ...] = ()
   pip_packages: tuple[str, ...] = ()  # likewise (pip requirement specifiers)
 
 

@@ -25,7 +25,7 @@ from envs.sandbox import apt_sources, common
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import PackageMissingError, SandboxError
 
-PACKAGES_VERSION = 1
+PACKAGES_VERSION = 2  # 2: recommends installed unless the task's line turned them off
 _BUILD_SRC = "/tmp/agentrl-build.sources"
 _BUILD_CONF = "/etc/apt/apt.conf.d/99agentrl-build"
 
@@ -34,21 +34,28 @@ def resolve_spec_image(spec, setup_runner) -> image_lib.Image:
   """The image a spec runs: base, then its package layer, then its setup-script layer."""
   img = image_lib.resolve(spec.image)
   if spec.apt_packages or spec.pip_packages:
-    img = with_packages(img, tuple(spec.apt_packages), tuple(spec.pip_packages))
+    norec = tuple(spec.apt_no_recommends)
+    img = with_packages(img, tuple(spec.apt_packages), tuple(spec.pip_packages), norec)
   if spec.setup_script:
     img = image_lib.with_setup(img, spec.setup_script, setup_runner)
   return img
 
 
-def packages_id(base_id: str, apt: tuple[str, ...], pip: tuple[str, ...]) -> str:
+def packages_id(
+  base_id: str, apt: tuple[str, ...], pip: tuple[str, ...], norec: tuple[str, ...] = ()
+) -> str:
   blob = {"base": base_id, "apt": sorted(set(apt)), "pip": sorted(set(pip))}
+  blob["norec"] = sorted(set(norec) & set(apt))
   blob["v"] = PACKAGES_VERSION
   return "p" + hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:15]
 
 
-def with_packages(base: image_lib.Image, apt: tuple[str, ...], pip: tuple[str, ...]):
-  """The layer `base` + packages (built once, then cached)."""
-  pid = packages_id(base.id, apt, pip)
+def with_packages(
+  base: image_lib.Image, apt: tuple[str, ...], pip: tuple[str, ...], norec: tuple[str, ...] = ()
+):
+  """The layer `base` + packages (built once, then cached); `norec`: apt packages installed
+  without their recommends (the others get them, as Debian's apt does by default)."""
+  pid = packages_id(base.id, apt, pip, norec)
   img = image_lib.Image(pid, image_lib.cache_root() / pid)
   if (img.dir / "meta.json").exists() and img.rootfs.is_dir():
     return img
@@ -64,7 +71,7 @@ def with_packages(base: image_lib.Image, apt: tuple[str, ...], pip: tuple[str, .
       subprocess.run(["cp", "-a", "--reflink=auto", str(base.rootfs), str(tree)], check=True)
       t0 = time.monotonic()
       if apt:
-        _apt_install(tree, sorted(set(apt)))
+        _apt_install(tree, sorted(set(apt)), set(norec))
       if pip:
         _pip_install(tree, sorted(set(pip)))
       meta = {"id": pid, "base": base.id, "apt": sorted(set(apt)), "pip": sorted(set(pip))}
@@ -93,7 +100,7 @@ def _in_tree(tree: pathlib.Path, script: str) -> subprocess.CompletedProcess:
   )  # fmt: skip
 
 
-def _apt_install(tree: pathlib.Path, pkgs: list[str]) -> None:
+def _apt_install(tree: pathlib.Path, pkgs: list[str], norec: set[str] = frozenset()) -> None:
   codename = apt_sources.host_codename()
   stanzas = apt_sources.stanzas_for(codename)
   if not stanzas:
@@ -104,24 +111,52 @@ def _apt_install(tree: pathlib.Path, pkgs: list[str]) -> None:
   src = f"-o Dir::Etc::SourceList={_BUILD_SRC} -o Dir::Etc::SourceParts=/nonexistent"
   src += " -o APT::Sandbox::User=root"  # no _apt uid switch inside a build namespace
   names = " ".join(pkgs)
+  rec, plain = [p for p in pkgs if p not in norec], [p for p in pkgs if p in norec]
   script = (
     f"cat > {_BUILD_SRC} <<'EOF'\n" + "\n\n".join(stanzas) + "\nEOF\n"
     f"apt-get {src} -q update\n"
-    f"apt-get {src} -q -y --no-install-recommends install {names}\n"
-    "apt-get clean; rm -rf /var/lib/apt/lists/*"
+    + (f"apt-get {src} -q -y --no-install-recommends install {' '.join(plain)}\n" if plain else "")
+    + (f"apt-get {src} -q -y install {' '.join(rec)}\n" if rec else "")
+    + "apt-get clean; rm -rf /var/lib/apt/lists/*"
   )
   try:
     p = _in_tree(tree, script)
   finally:
     (tree / _BUILD_CONF.lstrip("/")).unlink(missing_ok=True)
   if p.returncode != 0:
-    missing = re.findall(r"Unable to locate package (\S+)", p.stderr)
-    missing += re.findall(r"Package '?(\S+?)'? has no installation candidate", p.stderr)
-    if missing:
-      raise PackageMissingError(
-        f"apt package(s) {sorted(set(missing))} do not exist in the sources"
-      )
+    if missing := missing_packages("apt", p.stderr):
+      raise PackageMissingError(f"apt: {'; '.join(missing)} (the task's packages, not retried)")
     raise SandboxError(f"apt-get install {names} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+
+
+# What apt-get and pip print when the task asks for something no source has: deterministic, so
+# the task's error at once (task_error), never an infrastructure error retried for minutes.
+_MISSING = {
+  "apt": (
+    (r"Unable to locate package (\S+)", "no package {}"),
+    (r"Package '?(\S+?)'? has no installation candidate", "{} has no installation candidate"),
+    (r"Version '([^']+)' for '([^']+)' was not found", "no version {0} of {1}"),
+    (r"Couldn't find any package by (?:glob|regex) '([^']+)'", "no package matches {}"),
+    (
+      r"(\S+) : Depends: (.+?) but it is not installable",
+      "{0} depends on {1}, which no source has",
+    ),
+  ),
+  "pip": (
+    (r"No matching distribution found for (\S+)", "no distribution of {}"),
+    (r"Invalid requirement: '?([^'\n]+)'?", "invalid requirement {}"),
+    (r"Could not open requirements file: [^:]*: ([^\n]+)", "no requirements file {}"),
+    (r"Cannot install (.+?) because these package versions have conflicting", "conflicting {}"),
+  ),
+}
+
+
+def missing_packages(tool: str, stderr: str) -> list[str]:
+  """What `tool` ("apt" or "pip") says does not exist in its sources, from its stderr."""
+  out = []
+  for pattern, what in _MISSING[tool]:
+    out += [what.format(*m.groups()) for m in re.finditer(pattern, stderr)]
+  return list(dict.fromkeys(out))
 
 
 def _image_python(tree: pathlib.Path) -> str:
@@ -143,9 +178,8 @@ def _pip_install(tree: pathlib.Path, pkgs: list[str]) -> None:
     cmd += ["--python-version", ver, "--only-binary=:all:"]
   p = subprocess.run([*cmd, *pkgs], capture_output=True, text=True, timeout=1800)
   if p.returncode != 0:
-    missing = re.findall(r"No matching distribution found for (\S+)", p.stderr)
-    if missing:
-      raise PackageMissingError(f"pip package(s) {sorted(set(missing))} do not exist in the index")
+    if missing := missing_packages("pip", p.stderr):
+      raise PackageMissingError(f"pip: {'; '.join(missing)} (the task's packages, not retried)")
     raise SandboxError(f"pip install {pkgs} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
   target.mkdir(parents=True, exist_ok=True)
   bindir = tree / "usr/local/bin"

@@ -11,7 +11,9 @@ whose calls an RL run records. It binds 127.0.0.1 unless --host says otherwise.
 DIR is a local Hugging Face folder (config.json, safetensors, optionally tokenizer.json; a
 checkpoint without tokenizer.json and a vocabulary of at least 260 ids uses the byte
 tokenizer), a named checkpoint, a training workdir or one of its checkpoints/N (exported once,
-rl.runtime.export.resolve_checkpoint). The server binds 127.0.0.1 only: google-jetstream 0.2.2 hard-codes "[::]", so
+rl.runtime.export.resolve_checkpoint); a workdir or its export also gives the defaults of
+--max_tokens (the run's agent.max_new_tokens), --max_seq_len, --page_size and the engine's
+precision tier, unless a flag overrides one (stderr says which). The server binds 127.0.0.1 only: google-jetstream 0.2.2 hard-codes "[::]", so
 `start_server` sets its module-level `_HOST` before building the server. Decoding is greedy.
 Importing jetstream pulls TensorFlow (slow import); its orchestrator also sets the root
 logger to DEBUG with a stdout handler at import, which `start_server` undoes.
@@ -94,8 +96,9 @@ def start_server(checkpoint, *, port: int, max_concurrent_decodes=8, max_seq_len
 
 
 def build_gateway(checkpoint, *, max_concurrent_decodes=8, max_seq_len=0, page_size=16,
-                  tokenizer="auto", model_name="", max_tokens=256):  # fmt: skip
-  """(Gateway, Generator) for a checkpoint: one engine thread shared by every client."""
+                  tokenizer="auto", model_name="", max_tokens=256, engine=None):  # fmt: skip
+  """(Gateway, Generator) for a checkpoint: one engine thread shared by every client.
+  engine: a dict of EngineConfig's precision fields (dtype, weight_dtype, kv_dtype)."""
   from envs.gateway import Gateway
   from models.inference.generator import Generator
   from models.io import hf
@@ -105,10 +108,35 @@ def build_gateway(checkpoint, *, max_concurrent_decodes=8, max_seq_len=0, page_s
   path = pathlib.Path(export.resolve_checkpoint(checkpoint))  # a name, an HF folder, a workdir
   cfg, params = hf.load(path)
   tok = _tokenizer(path, tokenizer, cfg.vocab_size)
-  sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size)
+  sizes = EngineConfig(slots=max_concurrent_decodes, max_seq_len=max_seq_len, page_size=page_size,
+                       **(engine or {}))  # fmt: skip
   gen = Generator(replica.make_engine(cfg, params, sizes), tokenizer=tok, prefix_caching=True)
   gw = Gateway(gen, tok, model_name=model_name or path.name, max_tokens=max_tokens)
   return gw, gen
+
+
+def run_defaults(checkpoint) -> dict:
+  """max_tokens, max_seq_len, page_size and the engine tier: a flag given wins, then the run's
+  settings (a workdir or its export, rl.runtime.run_settings), then the flag's default; says
+  which on stderr."""
+  import sys
+
+  from rl.runtime import export, run_settings
+
+  stored = run_settings.read(export.resolve_checkpoint(checkpoint))
+  agent, engine = (stored or {}).get("agent") or {}, (stored or {}).get("engine") or {}
+  run = {"max_tokens": agent.get("max_new_tokens"), "max_seq_len": engine.get("max_seq_len"),
+         "page_size": engine.get("page_size")}  # fmt: skip
+  out, used = {}, []
+  for name, value in run.items():
+    out[name] = FLAGS[name].value if FLAGS[name].present or value is None else value
+    if not FLAGS[name].present and value is not None:
+      used.append(f"{name}={value}")
+  out["engine"] = {k: engine[k] for k in ("dtype", "weight_dtype", "kv_dtype") if k in engine}
+  used += [f"engine {k}={v!r}" for k, v in out["engine"].items()]
+  if stored is not None:
+    print(f"settings of the run ({stored['source']}): {', '.join(used)}", file=sys.stderr)
+  return out
 
 
 def main(argv) -> None:
@@ -120,8 +148,7 @@ def main(argv) -> None:
 
     gw, gen = build_gateway(
       FLAGS.checkpoint, max_concurrent_decodes=FLAGS.max_concurrent_decodes,
-      max_seq_len=FLAGS.max_seq_len, page_size=FLAGS.page_size, tokenizer=FLAGS.tokenizer,
-      model_name=FLAGS.model_name, max_tokens=FLAGS.max_tokens,
+      tokenizer=FLAGS.tokenizer, model_name=FLAGS.model_name, **run_defaults(FLAGS.checkpoint),
     )  # fmt: skip
     logging.info(
       "OpenAI API for %s on http://%s:%d/v1", gw.model_name, FLAGS.host, FLAGS.port or 8000

@@ -103,10 +103,49 @@ def log_to(path) -> pathlib.Path:
   return path
 
 
+def _fields() -> dict:
+  """Every --config.<path> of an experiment and its default (rl.config.Experiment)."""
+  import dataclasses
+
+  from rl.config import Experiment
+  from rl.runtime.run import flat_config
+
+  return flat_config(dataclasses.asdict(Experiment()))
+
+
+def suggest(path: str, fields) -> str:
+  """'; did you mean --config.<the field>?' for a path that is not one (or '')."""
+  import difflib
+
+  ends = [f for f in fields if f.endswith("." + path)]  # a section left out: optim.lr
+  close = ends or difflib.get_close_matches(path, list(fields), 1, 0.6)
+  return f"; did you mean --config.{close[0]}?" if close else ""
+
+
+def _config_arg_error(args: list[str]) -> LaunchError | None:
+  """The first --config.<path> argument that names no field or has no value, if any."""
+  fields = _fields()
+  for i, arg in enumerate(args):
+    if not arg.startswith("--config."):
+      continue
+    name, eq, _ = arg[2:].partition("=")
+    path = name[len("config.") :]
+    section = any(f.startswith(path + ".") for f in fields)
+    if path not in fields and not section:
+      return LaunchError(f"--{name}: unknown config field{suggest(path, fields)}")
+    last = i + 1 == len(args) or args[i + 1].startswith("--")
+    if not eq and last and not isinstance(fields.get(path), bool):
+      return LaunchError(f"--{name}: no value given (write --{name}=VALUE)")
+  return None
+
+
 def _flag_error(e: BaseException, argv) -> LaunchError:
   """A flag parse error as one line naming the flag (ml_collections raises bare errors)."""
   cause = e.__cause__ or e.__context__ if isinstance(e, flags.Error) else e
   msg = _one_line(cause or e)
+  found = _config_arg_error(list(argv[1:]))
+  if found is not None:
+    return found
   bad = [a for a in argv[1:] if a.startswith("--config.") and "=" in a]
   for arg in bad:
     name, value = arg[2:].split("=", 1)

@@ -66,22 +66,7 @@ def preflight(exp: Experiment) -> None:
   """Checks what a run needs before anything is written: values, tasks, backend, checkpoint,
   tokenizer and the training mesh on this machine's devices. Raises ValueError (one line)."""
   exp.validate()
-  from envs import procedural
-  from envs import sandbox as sandbox_lib
-
-  env = exp.env
-  if env.backend not in sandbox_lib.BACKENDS:
-    raise ValueError(f"env.backend: {env.backend!r} is not one of {sorted(sandbox_lib.BACKENDS)}")
-  if env.tasks.startswith("procedural:"):
-    family = env.tasks.split(":", 1)[1]
-    if family not in procedural.FAMILIES:
-      raise ValueError(
-        f"env.tasks: unknown procedural family {family!r} (known: {', '.join(procedural.FAMILIES)})"
-      )
-  elif env.tasks.startswith("mixed:"):
-    parse_mixed(env.tasks)
-  elif not pathlib.Path(env.tasks).is_dir():
-    raise ValueError(f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>')")
+  check_names(exp)
   from models.io import checkpoints  # a named checkpoint (smollm2-135m-instruct): its folder
 
   if exp.checkpoint and not (checkpoints.resolve(exp.checkpoint) / "config.json").is_file():
@@ -101,6 +86,50 @@ def preflight(exp: Experiment) -> None:
     training_mesh(exp)
   except (ValueError, AssertionError) as e:
     raise ValueError(f"train.mesh: {e}") from None
+
+
+def _one_of(field: str, value: str, known, what: str) -> None:
+  if value not in known:
+    import difflib
+
+    close = difflib.get_close_matches(value, list(known), 1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"{field}: {value!r} is not one of {', '.join(sorted(known))} ({what}){hint}")
+
+
+def check_names(exp: Experiment) -> None:
+  """Every name a run looks up later (registries, backend, task source, procedural family,
+  built-in suite, verifier mode, harness) checked now, before the warm start or a workdir."""
+  from envs import procedural
+  from envs import sandbox as sandbox_lib
+  from envs.task import BUILTIN_DIR
+  from rl import advantages, losses, registry  # noqa: F401  (importing registers the names)
+
+  loss, env = exp.train.loss, exp.env
+  for reg, value, field in (
+    (registry.ADVANTAGES, loss.advantage, "train.loss.advantage"),
+    (registry.POLICY_LOSSES, loss.policy_loss, "train.loss.policy_loss"),
+    (registry.KL_ESTIMATORS, loss.kl, "train.loss.kl"),
+    (registry.AGGREGATIONS, loss.aggregation, "train.loss.aggregation"),
+  ):
+    known = [*reg.names(), "none"] if field.endswith(".kl") else reg.names()
+    _one_of(field, value, known, reg.kind)
+  _one_of("env.backend", env.backend, sandbox_lib.BACKENDS, "sandbox backend")
+  _one_of("env.verifier_mode", env.verifier_mode, ("after", "fresh"), "verifier mode")
+  if exp.agent.kind == "external" and ":" not in exp.agent.harness:
+    raise ValueError(f"agent.harness: {exp.agent.harness!r} is not 'module:function'")
+  if env.tasks.startswith("procedural:"):
+    family = env.tasks.split(":", 1)[1]
+    _one_of("env.tasks", family, procedural.FAMILIES, "procedural family")
+  elif env.tasks.startswith("mixed:"):
+    suites = sorted(p.name for p in BUILTIN_DIR.iterdir() if p.is_dir())
+    for name, _ in parse_mixed(env.tasks)[1]:
+      _one_of("env.tasks", name, suites, "built-in suite")
+  elif not pathlib.Path(env.tasks).is_dir():
+    raise ValueError(
+      f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>' or "
+      "'mixed:<family>,...+<suite><=<difficulty>')"
+    )
 
 
 def flat_config(d: dict, prefix: str = "") -> dict:

@@ -3,14 +3,14 @@ agent flags runs the run's own agent and engine settings (system prompt, protoco
 sampling) and scores what the run's held-out eval reported; a flag still overrides one."""
 
 import dataclasses
-import importlib.util
 import json
 import pathlib
 import subprocess
 import sys
 
+from toy_config import toy_experiment
+
 from envs import flywheel
-from rl.config import to_experiment
 from rl.runtime import run as rl_run
 from rl.runtime import run_settings
 from rl.runtime.task_sources import ProceduralTasks
@@ -18,17 +18,10 @@ from rl.runtime.task_sources import ProceduralTasks
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _toy():
-  spec = importlib.util.spec_from_file_location("toy", ROOT / "configs" / "toy.py")
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return to_experiment(mod.get_config())
-
-
 def _train(wd: pathlib.Path):
   """The toy run, one RL step; its held-out eval is the training task itself (the toy model
   memorises one task, so a real held-out task would score 0 under any settings)."""
-  exp = _toy()
+  exp = toy_experiment()
   exp = dataclasses.replace(
     exp,
     env=dataclasses.replace(exp.env, eval_tasks=1),
@@ -75,7 +68,7 @@ def test_eval_of_a_workdir_uses_the_runs_settings(tmp_path):
 
 
 def test_export_carries_the_settings(tmp_path):
-  exp = _toy()
+  exp = toy_experiment()
   stored = run_settings.from_experiment(exp)
   (tmp_path / "agentrl_export.json").write_text(json.dumps({"settings": stored}))
   got = run_settings.read(tmp_path)

@@ -36,7 +36,7 @@ def _experiment(workdir: pathlib.Path):
     raise CheckpointError(f"{file}: cannot read the run's experiment ({e})") from None
 
 
-def _model_config(exp):
+def model_config(exp):
   """The run's model: its config, or the HF checkpoint's it started from."""
   if not exp.checkpoint:
     return exp.model
@@ -87,7 +87,7 @@ def load_params(workdir, step: int):
   import orbax.checkpoint as ocp
 
   workdir = pathlib.Path(workdir)
-  cfg = _model_config(_experiment(workdir))
+  cfg = model_config(_experiment(workdir))
   path = (workdir / "checkpoints" / str(step) / "state").absolute()
   ckptr = ocp.PyTreeCheckpointer()
   with _no_step_metadata_warning():

@@ -168,10 +168,38 @@ def record_experiment(
         f"{file}: the config differs from the run being resumed ({lines}); rerun with the "
         "stored config, use a new --workdir, or pass --override_config to continue with it"
       )
+    shape = shape_change(json.loads(file.read_text()), exp, diff)
+    if shape:  # refused before anything in the workdir changes
+      raise ConfigChanged(f"model shape changed: {shape}; these weights cannot be restored")
     n = 1 + len(list(wd.glob("experiment-*.json")))
     file.rename(wd / f"experiment-{n}.json")
     say(f"config changed ({lines}); the old record is {wd / f'experiment-{n}.json'}")
   file.write_text(text)
+
+
+def shape_change(stored: dict, exp: Experiment, diff: dict) -> str:
+  """The changed fields ('model.d_model 96 -> 128') when the weights of the run recorded in
+  `stored` do not fit `exp`'s (other parameter shapes or LoRA adapters); '' when they do."""
+  from models import transformer
+  from rl.config import from_config
+  from rl.runtime.export import model_config
+
+  keys = [k for k in diff if k.startswith(("model.", "train.lora.")) or k == "checkpoint"]
+  if not keys:
+    return ""
+  try:
+    old = from_config(Experiment, stored, "experiment.json")
+    cfgs = (model_config(old), model_config(exp))
+  except (ValueError, OSError):
+    return ""  # an old record or a base checkpoint gone: restore itself will say
+  shapes = [
+    jax.tree.map(lambda x: x.shape, jax.eval_shape(transformer.init, c, jax.random.key(0)))
+    for c in cfgs
+  ]
+  lora = [(e.train.lora.rank, e.train.lora.targets) for e in (old, exp)]
+  if shapes[0] == shapes[1] and lora[0] == lora[1]:
+    return ""
+  return ", ".join(f"{k} {diff[k][0]!r} -> {diff[k][1]!r}" for k in keys)
 
 
 class ConfigChanged(ValueError):

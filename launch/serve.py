@@ -6,7 +6,9 @@ r"""Serve a checkpoint: an OpenAI-compatible HTTP API (default) or JetStream's g
 
 `--api=openai` (envs.gateway: FastAPI + uvicorn) serves /v1/models, /v1/chat/completions and
 /v1/completions with continuous batching and prefix reuse, plus /episodes/<id>/v1 for clients
-whose calls an RL run records. It binds 127.0.0.1 unless --host says otherwise.
+whose calls an RL run records. It binds 127.0.0.1 unless --host says otherwise; then give
+--api_key (clients send `Authorization: Bearer KEY`, the openai client's `api_key=`). Request
+bodies over --max_request_bytes get 413, JSON nested over 32 levels 400 (envs.gateway.server).
 
 DIR is a local Hugging Face folder (config.json, safetensors, optionally tokenizer.json; a
 checkpoint without tokenizer.json and a vocabulary of at least 260 ids uses the byte
@@ -42,6 +44,11 @@ def define_flags() -> None:
   flags.DEFINE_integer("max_seq_len", 0, "Tokens per slot (0 = the model's max_seq_len).")
   flags.DEFINE_integer("page_size", 16, "KV page size.")
   flags.DEFINE_enum("tokenizer", "auto", ["auto", "hf", "byte"], "Tokenizer source.")
+  flags.DEFINE_string(
+    "api_key", "", "OpenAI server: require 'Authorization: Bearer KEY' (for a --host beyond "
+    "loopback); $AGENTRL_API_KEY when empty."
+  )  # fmt: skip
+  flags.DEFINE_integer("max_request_bytes", 4 << 20, "OpenAI server: request body cap (413).")
   flags.mark_flags_as_required(["checkpoint"])
 
 
@@ -153,8 +160,16 @@ def main(argv) -> None:
     logging.info(
       "OpenAI API for %s on http://%s:%d/v1", gw.model_name, FLAGS.host, FLAGS.port or 8000
     )
+    import os
+    import sys
+
+    key = FLAGS.api_key or os.environ.get("AGENTRL_API_KEY", "")
+    if not key and FLAGS.host not in ("127.0.0.1", "localhost", "::1"):
+      print(f"warning: --host={FLAGS.host} without --api_key: anyone who reaches it can use "
+            "the model", file=sys.stderr)  # fmt: skip
+    app = make_app(gw, max_body_bytes=FLAGS.max_request_bytes, api_key=key)
     try:
-      uvicorn.run(make_app(gw), host=FLAGS.host, port=FLAGS.port or 8000, log_level="info")
+      uvicorn.run(app, host=FLAGS.host, port=FLAGS.port or 8000, log_level="info")
     finally:
       gen.close()
     return

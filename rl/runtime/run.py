@@ -282,6 +282,8 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
         exp.sft.teacher_accuracy,
         exp.sft.seed,
         exp.agent.protocol,
+        budget=exp.agent,
+        say=tel.write,
       )
       passed = sum(d["passed"] for d in demos)
       tel.event(
@@ -335,6 +337,9 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
     )
     history = trainer.run()
     extra = comm.finish(trainer.state)  # multi-process: stops the others, compares replicas
+  except BaseException:
+    tel.close(plot=False)  # the progress bar ends before the error's line
+    raise
   finally:
     gen.close()
     ckpt.close()

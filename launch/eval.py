@@ -6,6 +6,9 @@ r"""Evaluate an agent on task suites and write results.json, summary.md and repo
       --trials=4 --concurrency=4 --backend=docker --seed=0 --out=/tmp/ev
   python -m launch.eval --tasks=core --agent=scripted --script=cmds.txt --out=/tmp/ev
 
+Exit status: 0; 3 when trials stayed masked (infrastructure errors) after --retries; 4 when
+some tasks did not load (the last line says how many); 2 for a usage error.
+
 --tasks: comma-separated task folders (ours, Terminal-Bench or Harbor) and/or built-in suite
 names (`builtin` for all). Failed episodes are exported under OUT/flywheel/; with
 --train_tasks, OUT/decontamination.json (+ .md) compares that training pool to the eval tasks.
@@ -271,7 +274,14 @@ def main(argv):
       indent=1,
     )
   )
-  return 0 if summary["counts"]["infra"] == 0 else 3
+  if summary["counts"]["infra"]:
+    return 3
+  if load_errors:  # the last line says so: a scheduler's log tail, a shell's $?
+    n = len(tasks) + len(load_errors)
+    print(f"error: {len(load_errors)} of {n} tasks did not load (their load_error is in "
+          f"{out / 'results.json'}); exit status 4", file=sys.stderr)  # fmt: skip
+    return 4
+  return 0
 
 
 def _mismatch(agent, settings) -> dict | None:

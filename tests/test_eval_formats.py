@@ -304,7 +304,9 @@ def test_launch_eval_folder_with_a_broken_task(tmp_path):
     "--filter=[bt]*", f"--out={out}",
   ]  # fmt: skip
   r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-  assert r.returncode == 0, r.stderr[-3000:]
+  assert r.returncode == 4, r.stderr[-3000:]  # a task did not load: not a clean run
+  last = r.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: 1 of 3 tasks did not load") and "exit status 4" in last, last
   doc = json.loads((out / "results.json").read_text())
   rows = {t["task_id"]: t for t in doc["trials"]}
   assert set(rows) == {"real/tb2-base", "real/tb1-compose", "real/broken"}  # filter on folders

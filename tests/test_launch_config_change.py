@@ -56,6 +56,9 @@ def test_a_refused_resume_is_one_line_and_changes_nothing(tmp_path):
           "--config.rollout.group_size=2", "--config.loop.checkpoint_every=1"]  # fmt: skip
   p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=900)
   assert p.returncode == 0, p.stderr[-3000:]
+  log = (wd / "log.txt").read_text()  # the console's output, then the libraries' INFO lines
+  assert "wall time: " in log and "RL steps: 100%" in log and " INFO " in log, log[-3000:]
+  assert log.index("wall time: ") > log.index("RL steps: 100%")
   files = {f: f.read_bytes() for f in wd.rglob("*") if f.is_file()}
   more = ["--config.loop.steps=2", "--config.model.d_model=128", "--override_config"]
   p = subprocess.run(cmd + more, capture_output=True, text=True, cwd=ROOT, timeout=900)
@@ -66,3 +69,4 @@ def test_a_refused_resume_is_one_line_and_changes_nothing(tmp_path):
   assert after.keys() - files.keys() == set()
   changed = [f for f in files if after.get(f) != files[f] and f.name != "log.txt"]
   assert changed == [], changed
+  assert f"error: {want}" in (wd / "log.txt").read_text()

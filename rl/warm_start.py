@@ -144,8 +144,11 @@ def warm_start(
   tel,  # rl.runtime.telemetry.Telemetry, or None (no logging)
   pad_id: int,
   comm,
+  stop=None,
 ):
   """Supervised steps on demonstrations (see module docstring); returns the TrainState.
+
+  `stop()` true (Ctrl-C) ends the steps early, at a step boundary.
 
   `comm`: rl.runtime.multihost's channel (`Local()` in one process); in a multi-process job
   every process runs this with the same demos;
@@ -181,6 +184,10 @@ def warm_start(
   mult = row_multiple(mesh, 1)
   step_fn = logp_fn = None
   for i in range(s.steps):
+    if stop is not None and stop():  # Ctrl-C: at the next step, not after the whole warm start
+      if tel is not None:
+        tel.write(f"[sft] stopped at warm-start step {i} of {s.steps}")
+      break
     idx = rng.choice(len(demos), s.batch_size, replace=len(demos) < s.batch_size)
     seqs = [demos[j] for j in idx]
     batch = sft_batch(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)

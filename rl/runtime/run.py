@@ -298,8 +298,12 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
       )
       demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
       tel.phase("warm start steps", total=exp.sft.steps)
-      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
+      stop = None if comm.multi else (lambda: ckpt.preempted)  # one process: stop at once
+      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm, stop)
       tel.phase(None)
+      if ckpt.preempted:  # no checkpoint yet: the next run starts the warm start again
+        tel.close(plot=False)
+        return {"step": 0, "preempted": True, "workdir": str(wd), "in_warm_start": True}
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
     eval_agent = dataclasses.replace(exp.agent, greedy=exp.env.eval_greedy)
     eval_fn = functools.partial(

@@ -108,7 +108,7 @@ def write_task_folder(
   task: Task, dest: str | pathlib.Path, task_id: str, tags=(), metadata=None
 ) -> pathlib.Path:
   """Writes `task` as a folder in our format (envs.task.load_task reads it back)."""
-  if task.tests.rewrite_paths:
+  if task.tests.rewrite_paths and task.format != "agentrl":
     raise ValueError(f"{task.id}: imported-format tests need their own folder layout")
   root = pathlib.Path(dest)
   root.mkdir(parents=True, exist_ok=True)

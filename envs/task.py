@@ -10,6 +10,13 @@
 <task>/tests/               hidden tests: test_*.py (pytest) or test.sh
 ```
 
+The tests' contract (both runners): they run after the agent, as root, in the task's workdir;
+`$AGENTRL_WORKSPACE` is the agent's workspace (the task's `workdir`), `$TEST_DIR` the tests'
+folder, `$LOGS_DIR` a folder for their output. test.sh writes its reward to
+`$LOGS_DIR/reward.txt` (a number; or reward.json); pytest's outcome is read from its JUnit
+report. Harbor's fixed paths work too: `/tests/...` and `/logs/verifier/reward.txt` are mapped
+to `$TEST_DIR` and `$LOGS_DIR` at grading, in every format.
+
 A `Task` holds the file contents in memory (tasks are small), so loaded, translated
 (Terminal-Bench, Harbor) and procedurally generated tasks are the same object.
 Bad input raises `TaskFormatError` naming the file and the field. This module is a leaf:
@@ -112,7 +119,7 @@ class TestSpec:
   subscores: tuple[tuple[str, tuple[str, ...]], ...] = ()
   env: tuple[tuple[str, str], ...] = ()
   grade_mode: str | None = None  # None: the verifier's default
-  rewrite_paths: bool = False  # map /tests and /logs/verifier (imported formats) at grading
+  rewrite_paths: bool = False  # map /tests and /logs/verifier at grading (task folders: on)
   pre_script: str = ""  # a format's test-script steps that run before pytest (in order)
   post_script: str = ""  # ... and after it (each must exit 0 for a pass)
 
@@ -327,7 +334,9 @@ def parse_verifier(f: Fields, tests: Files) -> TestSpec:
   runner = f.get("runner", str) or infer_runner(tests)
   if runner not in ("pytest", "shell"):
     raise f.err("runner", f"must be 'pytest' or 'shell', got {runner!r}")
-  return TestSpec(tests, runner, reward, tuple(subs), env_pairs, mode)
+  # Harbor's habits work here too: /tests is the tests' folder, /logs/verifier the reward's
+  # ($TEST_DIR and $LOGS_DIR of the contract), mapped to the grader's copies at grading.
+  return TestSpec(tests, runner, reward, tuple(subs), env_pairs, mode, rewrite_paths=True)
 
 
 def infer_runner(tests: Files) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import openai
 
@@ -28,25 +29,39 @@ TOOLS = [
 
 
 def run(base_url: str, runner, instruction: str, *, model: str = "agentrl", max_turns: int = 10,
-        max_tokens: int = 256, temperature: float = 1.0) -> dict:  # fmt: skip
-  """Chat with tools until `finish` or max_turns; every shell call runs through `runner`."""
+        max_tokens: int = 256, temperature: float = 1.0, on_turn=None) -> dict:  # fmt: skip
+  """Chat with tools until `finish` or max_turns; every shell call runs through `runner`.
+
+  A conversation that outgrows the model's context ends the episode (as the built-in agent's
+  does): `{"finished": False, "stop": "context_length_exceeded", ...}`. `on_turn(turn, text)`
+  hears what each turn did."""
   client = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0)
   msgs = [{"role": "system", "content": "Solve the task in the shell."},
           {"role": "user", "content": instruction}]  # fmt: skip
+  say = on_turn or (lambda turn, text: None)
   for turn in range(max_turns):
-    r = client.chat.completions.create(
-      model=model, messages=msgs, tools=TOOLS, max_tokens=max_tokens, temperature=temperature
-    )
+    try:
+      r = client.chat.completions.create(
+        model=model, messages=msgs, tools=TOOLS, max_tokens=max_tokens, temperature=temperature
+      )
+    except openai.BadRequestError as e:
+      if (e.body or {}).get("code") != "context_length_exceeded":
+        raise
+      say(turn + 1, "the conversation no longer fits the model's context: stopped")
+      return {"finished": False, "turns": turn, "stop": "context_length_exceeded"}
     msg = r.choices[0].message
     msgs.append(msg.model_dump(exclude_none=True))
     if not msg.tool_calls:
+      say(turn + 1, "no tool call")
       msgs.append({"role": "user", "content": "Call a tool (shell or finish)."})
       continue
     for call in msg.tool_calls:
       if call.function.name == "finish":
+        say(turn + 1, "finish")
         return {"finished": True, "turns": turn + 1}
       command = json.loads(call.function.arguments).get("command", "")
       res = runner.run(command)
+      say(turn + 1, f"shell {command[:60]!r} -> exit {res.exit_code}")
       out = f"exit code: {res.exit_code}\n{res.stdout}{res.stderr}"[-4000:]
       msgs.append({"role": "tool", "tool_call_id": call.id, "content": out})
   return {"finished": False, "turns": max_turns}
@@ -67,8 +82,10 @@ def main() -> None:
   suite = args.task.split("/")[0]
   task = load_task(BUILTIN_DIR / args.task, suite)
   with open_task_sandbox(task) as ts:
+    progress = lambda turn, text: print(f"turn {turn}/{args.max_turns}: {text}", file=sys.stderr,
+                                        flush=True)  # fmt: skip
     info = run(args.base_url, SandboxRunner(ts.sandbox), task.instruction, model=args.model,
-               max_turns=args.max_turns)  # fmt: skip
+               max_turns=args.max_turns, on_turn=progress)  # fmt: skip
     grade = Verifier().grade(ts)
   print(json.dumps({"task": task.id, **info, "passed": grade.passed, "reward": grade.reward}))
 

@@ -8,8 +8,9 @@ a sandbox backend that is missing, a missing path) print one line, `error: <caus
 the traceback goes to the log file (`log_to`) and, with --verbose, to the console. Anything else
 is a bug and keeps its traceback.
 
-`log_to(WORKDIR/log.txt)` sends library INFO logs (orbax, absl, jax) to that file instead of
-the console, which keeps warnings and errors.
+`log_to(WORKDIR/log.txt)` keeps the console's output (stdout and stderr as printed) in that
+file and sends library INFO logs (orbax, absl, jax) there instead of the console, which keeps
+warnings and errors, as `warning: <message>` lines without absl's prefix.
 """
 
 from __future__ import annotations
@@ -84,13 +85,40 @@ def fail(e: BaseException) -> None:
   sys.exit(EXIT_USAGE)
 
 
+class _Tee:
+  """A console stream that also appends its finished lines to a file (a progress bar's
+  redraws, split by carriage returns, keep only their last state)."""
+
+  def __init__(self, stream, file):
+    self.stream, self.file, self.buf = stream, file, ""
+
+  def write(self, text: str) -> int:
+    n = self.stream.write(text)
+    self.buf += text
+    *lines, self.buf = self.buf.split("\n")
+    for line in lines:
+      self.file.write(line.rsplit("\r", 1)[-1] + "\n")
+    if lines:
+      self.file.flush()
+    return n
+
+  def flush(self) -> None:
+    self.stream.flush()
+
+  def __getattr__(self, name):  # isatty, fileno, encoding, ...: the console's
+    return getattr(self.stream, name)
+
+
 def log_to(path) -> pathlib.Path:
-  """Library INFO logs go to `path` (appended), the console keeps WARNING and above."""
+  """The console (stdout and stderr, as printed) and library INFO logs go to `path`
+  (appended); the console itself keeps WARNING and above of the libraries."""
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   if path in _LOG:
     return path
   _LOG.append(path)
+  console = open(path, "a", buffering=1)  # noqa: SIM115  (open for the process's life)
+  sys.stdout, sys.stderr = _Tee(sys.stdout, console), _Tee(sys.stderr, console)
   handler = std_logging.FileHandler(path)
   handler.setLevel(std_logging.INFO)
   handler.setFormatter(std_logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -103,10 +131,49 @@ def log_to(path) -> pathlib.Path:
   return path
 
 
+def _fields() -> dict:
+  """Every --config.<path> of an experiment and its default (rl.config.Experiment)."""
+  import dataclasses
+
+  from rl.config import Experiment
+  from rl.runtime.run import flat_config
+
+  return flat_config(dataclasses.asdict(Experiment()))
+
+
+def suggest(path: str, fields) -> str:
+  """'; did you mean --config.<the field>?' for a path that is not one (or '')."""
+  import difflib
+
+  ends = [f for f in fields if f.endswith("." + path)]  # a section left out: optim.lr
+  close = ends or difflib.get_close_matches(path, list(fields), 1, 0.6)
+  return f"; did you mean --config.{close[0]}?" if close else ""
+
+
+def _config_arg_error(args: list[str]) -> LaunchError | None:
+  """The first --config.<path> argument that names no field or has no value, if any."""
+  fields = _fields()
+  for i, arg in enumerate(args):
+    if not arg.startswith("--config."):
+      continue
+    name, eq, _ = arg[2:].partition("=")
+    path = name[len("config.") :]
+    section = any(f.startswith(path + ".") for f in fields)
+    if path not in fields and not section:
+      return LaunchError(f"--{name}: unknown config field{suggest(path, fields)}")
+    last = i + 1 == len(args) or args[i + 1].startswith("--")
+    if not eq and last and not isinstance(fields.get(path), bool):
+      return LaunchError(f"--{name}: no value given (write --{name}=VALUE)")
+  return None
+
+
 def _flag_error(e: BaseException, argv) -> LaunchError:
   """A flag parse error as one line naming the flag (ml_collections raises bare errors)."""
   cause = e.__cause__ or e.__context__ if isinstance(e, flags.Error) else e
   msg = _one_line(cause or e)
+  found = _config_arg_error(list(argv[1:]))
+  if found is not None:
+    return found
   bad = [a for a in argv[1:] if a.startswith("--config.") and "=" in a]
   for arg in bad:
     name, value = arg[2:].split("=", 1)
@@ -125,6 +192,14 @@ def _parse(argv):
     fail(_flag_error(e, argv))  # ml_collections' overrides raise bare errors
 
 
+class _ConsoleFormatter(std_logging.Formatter):
+  """A library or launch warning on the console as `warning: <message>` (no absl prefix)."""
+
+  def format(self, record: std_logging.LogRecord) -> str:
+    text = f"{record.levelname.lower()}: {record.getMessage()}"
+    return f"{text}\n{self.formatException(record.exc_info)}" if record.exc_info else text
+
+
 def run(main) -> None:
   """absl's app.run(main) with the handling above (defines --verbose)."""
   if "verbose" not in FLAGS:
@@ -132,7 +207,9 @@ def run(main) -> None:
   known = _known()
 
   def wrapped(argv):
-    absl_logging.get_absl_handler().setLevel(std_logging.WARNING)  # INFO: only to log_to's file
+    handler = absl_logging.get_absl_handler()
+    handler.setLevel(std_logging.WARNING)  # INFO: only to log_to's file
+    handler.setFormatter(_ConsoleFormatter())  # "warning: ...", not absl's "W1205 23:13:49 ..."
     try:
       return main(argv)
     except known as e:

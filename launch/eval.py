@@ -6,11 +6,17 @@ r"""Evaluate an agent on task suites and write results.json, summary.md and repo
       --trials=4 --concurrency=4 --backend=docker --seed=0 --out=/tmp/ev
   python -m launch.eval --tasks=core --agent=scripted --script=cmds.txt --out=/tmp/ev
 
+Exit status: 0; 3 when trials stayed masked (infrastructure errors) after --retries; 4 when
+some tasks did not load (the last line says how many); 2 for a usage error.
+
 --tasks: comma-separated task folders (ours, Terminal-Bench or Harbor) and/or built-in suite
 names (`builtin` for all). Failed episodes are exported under OUT/flywheel/; with
 --train_tasks, OUT/decontamination.json (+ .md) compares that training pool to the eval tasks.
 The policy decodes greedily by default, so the same seed, checkpoint and tasks give the same
-scores.
+scores. A training workdir (or its export) carries the run's agent and engine settings (system
+prompt, protocol, turn / token / context budgets, sampling, engine tier, held-out seeds): the
+policy runs with those unless a flag on the command line overrides one, and stderr says which
+it used. The `Policy:` flags' defaults below apply to a plain HF folder.
 """
 
 from __future__ import annotations
@@ -86,19 +92,21 @@ _TRAIN_TASKS = flags.DEFINE_string(
 )
 
 
-def _procedural(spec: str, n: int) -> list:
-  """n held-out tasks of each family: the seeds a training run holds out (EnvConfig.eval_seed)."""
+def _procedural(spec: str, n: int, eval_seed: int | None = None) -> list:
+  """n held-out tasks of each family: the seeds a training run holds out (its env.eval_seed,
+  or EnvConfig's)."""
   from envs import procedural
   from rl.config import EnvConfig
 
+  seed = EnvConfig().eval_seed if eval_seed is None else eval_seed
   fams = list(procedural.FAMILIES) if spec == "all" else [f.strip() for f in spec.split(",")]
   try:
-    return [procedural.generate(f, EnvConfig().eval_seed + i) for f in fams for i in range(n)]
+    return [procedural.generate(f, seed + i) for f in fams for i in range(n)]
   except KeyError as e:
     raise app.UsageError(f"--procedural: {e.args[0]}") from None
 
 
-def _select():
+def _select(eval_seed: int | None = None):
   """Tasks and load errors; --filter matches folder names before anything loads."""
   import fnmatch
 
@@ -120,7 +128,7 @@ def _select():
   if _SAMPLE.value > 0:
     tasks = ev.sample_tasks(tasks, _SAMPLE.value, _SEED.value)
   if _PROCEDURAL.value:
-    tasks += _procedural(_PROCEDURAL.value, _PROCEDURAL_TASKS.value)
+    tasks += _procedural(_PROCEDURAL.value, _PROCEDURAL_TASKS.value, eval_seed)
   if not tasks and not errors:
     raise app.UsageError(f"--tasks={_TASKS.value!r} --filter={_FILTER.value!r}: no task")
   for e in errors:
@@ -128,31 +136,36 @@ def _select():
   return tasks, errors
 
 
-def _agent():
+def _settings():
+  """The policy's settings: a flag given wins, then the run's (a workdir or an export carries
+  them, rl.runtime.run_settings), then the flag's default; says which on stderr."""
+  from rl.runtime import export, run_settings
+
+  path = export.resolve_checkpoint(_CHECKPOINT.value)
+  stored = run_settings.read(path)
+  given = {f: flags.FLAGS[f].value for f in run_settings.FLAGS if flags.FLAGS[f].present}
+  defaults = {f: flags.FLAGS[f].value for f in run_settings.FLAGS}
+  chosen, lines = run_settings.choose(stored, given, defaults)
+  for line in lines:
+    print(line, file=sys.stderr)
+  return path, stored, chosen
+
+
+def _agent(settings):
   from envs import eval as ev
 
   if _AGENT.value != "policy":
     return ev.make_agent(_AGENT.value, script=_SCRIPT.value), lambda: None
-  if not _CHECKPOINT.value:
-    raise app.UsageError("--agent=policy needs --checkpoint")
-  from envs.agents.agent import AgentConfig  # imports jax: only for the policy
   from rl.config import EngineConfig
-  from rl.runtime import replica
+  from rl.runtime import replica, run_settings
 
-  cfg = AgentConfig(
-    max_turns=_MAX_TURNS.value,
-    max_new_tokens=_MAX_NEW.value,
-    max_episode_tokens=_MAX_EP_TOKENS.value,
-    max_context_tokens=_MAX_CONTEXT.value,
-    greedy=_GREEDY.value,
-    temperature=_TEMPERATURE.value,
-    protocol=_PROTOCOL.value,
-  )
+  path, stored, chosen = settings
+  cfg = run_settings.agent_config(stored, chosen)
   engine = EngineConfig(
-    dtype=_ENGINE_DTYPE.value, weight_dtype=_WEIGHT_DTYPE.value, kv_dtype=_KV_DTYPE.value
+    dtype=chosen["engine_dtype"], weight_dtype=chosen["weight_dtype"], kv_dtype=chosen["kv_dtype"]
   )
   return replica.policy_from_checkpoint(
-    _CHECKPOINT.value, _TOKENIZER.value, cfg, _CONCURRENCY.value, _SYSTEM_PROMPT.value,
+    path, _TOKENIZER.value, cfg, _CONCURRENCY.value, chosen["system_prompt"],
     engine, record=_MISMATCH.value,
   )  # fmt: skip
 
@@ -166,7 +179,13 @@ def main(argv):
   from envs import flywheel, report
   from envs.grading.verifier import VerifierConfig
 
-  tasks, load_errors = _select()
+  settings = None
+  if _AGENT.value == "policy":
+    if not _CHECKPOINT.value:
+      raise app.UsageError("--agent=policy needs --checkpoint")
+    settings = _settings()
+  eval_seed = (settings and settings[1] or {}).get("eval_seed")
+  tasks, load_errors = _select(eval_seed)
   cfg = ev.EvalConfig(
     trials=_TRIALS.value,
     concurrency=_CONCURRENCY.value,
@@ -177,7 +196,7 @@ def main(argv):
     package_egress=_PACKAGE_EGRESS.value,
     verifier=VerifierConfig(mode=_VERIFIER_MODE.value),
   )
-  agent, close = _agent()
+  agent, close = _agent(settings)
   out = pathlib.Path(_OUT.value)
   total, done = len(tasks) * cfg.trials, []
   from tqdm.auto import tqdm
@@ -210,14 +229,15 @@ def main(argv):
     bar.close()
     close()
   trials += [e.record() for e in load_errors]
-  mismatch = _mismatch(agent)
+  mismatch = _mismatch(agent, settings)
   config = {
     "tasks": _TASKS.value,
     "agent": _AGENT.value,
     "checkpoint": _CHECKPOINT.value,
     "script": _SCRIPT.value,
-    "protocol": _PROTOCOL.value,
-    "system_prompt": _SYSTEM_PROMPT.value,
+    "protocol": settings[2]["protocol"] if settings else None,
+    "system_prompt": settings[2]["system_prompt"] if settings else None,
+    "settings": settings[2] if settings else None,
     "procedural": _PROCEDURAL.value,
     "trials": cfg.trials,
     "concurrency": cfg.concurrency,
@@ -257,10 +277,17 @@ def main(argv):
       indent=1,
     )
   )
-  return 0 if summary["counts"]["infra"] == 0 else 3
+  if summary["counts"]["infra"]:
+    return 3
+  if load_errors:  # the last line says so: a scheduler's log tail, a shell's $?
+    n = len(tasks) + len(load_errors)
+    print(f"error: {len(load_errors)} of {n} tasks did not load (their load_error is in "
+          f"{out / 'results.json'}); exit status 4", file=sys.stderr)  # fmt: skip
+    return 4
+  return 0
 
 
-def _mismatch(agent) -> dict | None:
+def _mismatch(agent, settings) -> dict | None:
   """The recorded episodes' mismatch against the trainer's fp32 forward (policy agent only)."""
   if getattr(agent, "model", None) is None:
     return None
@@ -268,8 +295,9 @@ def _mismatch(agent) -> dict | None:
   from rl.runtime import mismatch
 
   model_cfg, params = agent.model
-  tier = {"dtype": _ENGINE_DTYPE.value or model_cfg.dtype, "weights": _WEIGHT_DTYPE.value,
-          "kv": _KV_DTYPE.value}  # fmt: skip
+  chosen = settings[2]
+  tier = {"dtype": chosen["engine_dtype"] or model_cfg.dtype, "weights": chosen["weight_dtype"],
+          "kv": chosen["kv_dtype"]}  # fmt: skip
   a = agent.agent_cfg
   sp = SamplingParams(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, greedy=a.greedy)
   segs = agent.segments

@@ -5,7 +5,7 @@ r"""A grid of config overrides -> one training run each -> a results table and a
 
 Every combination of the `--grid` values runs `python -m launch.train` in its own process and
 workdir (`WORKDIR/<name>`), `--set` overrides apply to all runs. A run that already finished
-(its summary.json exists) is not run again, so a sweep can be resumed. Results:
+(its summary.json exists, without "preempted": true) is not run again, so a sweep can be resumed. Results:
 WORKDIR/results.csv, WORKDIR/results.md (one row per run: overrides, final and best eval /
 train pass rate, steps, wall time) and WORKDIR/results.png (pass-rate curves of every run).
 """
@@ -86,6 +86,15 @@ def _result(run_dir: pathlib.Path, overrides: dict, wall_s: float, rc: int) -> d
   return row
 
 
+def finished(run_dir: pathlib.Path) -> bool:
+  """A run that ended (summary.json), not one stopped early (`"preempted": true`): that one
+  is run again, which resumes it."""
+  try:
+    return not json.loads((run_dir / "summary.json").read_text()).get("preempted")
+  except (OSError, ValueError):
+    return False
+
+
 def check_fields(config: str, keys) -> None:
   """Every overridden key names a field of the config (before any run starts)."""
   import dataclasses
@@ -126,7 +135,7 @@ def run_sweep(config: str, workdir: str, grid, common: dict[str, str], parallel:
   while pending or running:
     while pending and len(running) < parallel:
       run_dir, combo, cmd = pending.pop(0)
-      if (run_dir / "summary.json").exists():
+      if finished(run_dir):
         rows.append(_result(run_dir, combo, 0.0, 0))
         print(f"[sweep {len(rows)}/{len(jobs)}] {run_dir.name}: finished before, skipped")
         continue

@@ -8,7 +8,7 @@ r"""Train (or resume) an experiment.
 running again with the same `--workdir` resumes from its latest checkpoint ("resumed from step
 N of M"; a finished run says "already complete"). A changed config is refused on resume unless
 --override_config. Ctrl-C (or SIGTERM) saves a checkpoint at the next step boundary and exits;
-a second Ctrl-C aborts. Writes under WORKDIR: log.txt (library logs), checkpoints/,
+a second Ctrl-C aborts; the exit status is then 130. Writes under WORKDIR: log.txt (library logs), checkpoints/,
 trajectories/ + batches/ (Parquet), metrics.jsonl, events.jsonl, tb/, plots/, summary.json.
 Known errors print one line and exit 2 (--verbose: with the traceback).
 """
@@ -23,6 +23,7 @@ from absl import flags
 from ml_collections import config_flags
 
 FLAGS = flags.FLAGS
+EXIT_INTERRUPTED = 130  # a run stopped by Ctrl-C / SIGTERM (saved; resumable): what shells expect
 
 
 def define_flags() -> None:
@@ -95,7 +96,7 @@ def main(argv):
   # The machine-readable summary (scripts and tests parse this block), then the people's one.
   print(json.dumps({k: v for k, v in summary.items() if k != "train_pass_rate"}, indent=1))
   print(final_summary(summary, exp))
-  return 0
+  return EXIT_INTERRUPTED if summary.get("preempted") else 0
 
 
 def final_summary(summary: dict, exp) -> str:
@@ -105,6 +106,8 @@ def final_summary(summary: dict, exp) -> str:
   if summary.get("already_complete"):
     return f"nothing to do; to train longer: {cmd} --config.loop.steps=N --override_config"
   lines = []
+  if summary.get("in_warm_start"):
+    return f"stopped in the warm start (no checkpoint yet); run again to start over:\n  {cmd}"
   if summary.get("preempted"):
     lines.append(f"stopped at step {summary['step']} of {exp.loop.steps}; resume with:\n  {cmd}")
   train = summary.get("train_pass_rate") or []

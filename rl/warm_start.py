@@ -28,7 +28,7 @@ from rl.train_step import make_compute_logprobs, make_train_step
 
 def demonstrations(
   tasks, episodes, tok, workers: int, teacher_accuracy: float = 1.0, seed: int = 0,
-  protocol: str = "tool_call",
+  protocol: str = "tool_call", budget=None, say=print,
 ) -> list[dict]:  # fmt: skip
   """Teacher actions replayed through the agent loop in real sandboxes, with their grade.
 
@@ -38,6 +38,8 @@ def demonstrations(
   otherwise only passing ones are kept. `protocol` (agent.protocol): `tool_call` replays
   tool-call texts; `markdown_bash` one ```bash block per action, the last one ending with the
   sentinel, each reply closed by the end-of-turn token as the engine's are.
+  `budget` (the run's AgentConfig): a task whose reference solution needs more turns or tokens
+  than it allows is dropped, with a line through `say`; none left is a one-line ValueError.
   """
   rng = np.random.default_rng(seed)
   right_u, which = rng.random(len(tasks)), rng.integers(0, 1 << 30, len(tasks))
@@ -67,9 +69,13 @@ def demonstrations(
       cmd = task.solution_script.strip()
     return [format_tool_call("shell", command=cmd), format_tool_call("finish")]
 
+  acts = [actions(i, t) for i, t in enumerate(tasks)]
+  if budget is not None:
+    tasks, acts = within_budget(tasks, acts, tok, budget, say)
+
   def one(i_task):
     i, task = i_task
-    policy = ScriptedPolicy(tok, actions(i, task), append_eos=protocol == "markdown_bash")
+    policy = ScriptedPolicy(tok, acts[i], append_eos=protocol == "markdown_bash")
     return episodes(task, f"demo-{task.id}", 0, policy=policy)
 
   with concurrent.futures.ThreadPoolExecutor(workers) as ex:
@@ -81,6 +87,44 @@ def demonstrations(
     if not o.infra_error and (keep_failed or o.passed)
     for s in o.episode.segments
   ]
+
+
+def _needs(acts: list[str], tok) -> tuple[int, int, int]:
+  """(turns, tokens of the longest turn, tokens in all) a demonstration's actions take; a
+  closing `finish` needs no turn of its own (the turn budget ends the episode as well)."""
+  lens = [len(tok.encode(a)) + 1 for a in acts]  # + the end-of-turn token
+  turns = len(acts) - (len(acts) > 1 and acts[-1] == format_tool_call("finish"))
+  return turns, max(lens[:turns] or [0]), sum(lens[:turns])
+
+
+def within_budget(tasks, acts, tok, budget, say):
+  """The tasks (and their actions) whose demonstration fits the agent's budget; a line per
+  dropped task; a one-line ValueError naming the budget and the longest solution if none."""
+  keep, needs = [], []
+  for task, a in zip(tasks, acts, strict=True):
+    turns, turn_tokens, total = need = _needs(a, tok)
+    needs.append((need, task.id))
+    over = [
+      f"{turns} turns > agent.max_turns={budget.max_turns}" * (turns > budget.max_turns),
+      f"{turn_tokens} tokens in a turn > agent.max_new_tokens={budget.max_new_tokens}"
+      * (turn_tokens > budget.max_new_tokens),
+      f"{total} tokens > agent.max_episode_tokens={budget.max_episode_tokens}"
+      * (total > budget.max_episode_tokens),
+    ]
+    if any(over):
+      say(f"warning: demonstration of {task.id} dropped: its reference solution needs "
+          f"{'; '.join(o for o in over if o)}")  # fmt: skip
+    else:
+      keep.append((task, a))
+  if needs and not keep:
+    (turns, turn_tokens, _), tid = max(needs)
+    raise ValueError(
+      f"warm start: no reference solution fits the turn budget (agent.max_turns="
+      f"{budget.max_turns}, agent.max_new_tokens={budget.max_new_tokens}); the longest, "
+      f"{tid}, needs {turns} turns and {turn_tokens} tokens in a turn: raise the budget "
+      "(--config.agent.*) or shorten solution/solve.sh"
+    )
+  return [t for t, _ in keep], [a for _, a in keep]
 
 
 def as_command(call) -> str:
@@ -100,8 +144,11 @@ def warm_start(
   tel,  # rl.runtime.telemetry.Telemetry, or None (no logging)
   pad_id: int,
   comm,
+  stop=None,
 ):
   """Supervised steps on demonstrations (see module docstring); returns the TrainState.
+
+  `stop()` true (Ctrl-C) ends the steps early, at a step boundary.
 
   `comm`: rl.runtime.multihost's channel (`Local()` in one process); in a multi-process job
   every process runs this with the same demos;
@@ -110,7 +157,10 @@ def warm_start(
   """
   s = exp.sft
   if not demos:
-    raise RuntimeError("warm start: no demonstration passed the verifier (check the task family)")
+    raise ValueError(
+      "warm start: no demonstration passed the verifier (check the tasks' reference solutions: "
+      "python -m launch.check_tasks --tasks=... --out=DIR; or set --config.sft.steps=0)"
+    )
   cfg = TrainConfig(
     loss=LossConfig(
       kl="none",
@@ -134,6 +184,10 @@ def warm_start(
   mult = row_multiple(mesh, 1)
   step_fn = logp_fn = None
   for i in range(s.steps):
+    if stop is not None and stop():  # Ctrl-C: at the next step, not after the whole warm start
+      if tel is not None:
+        tel.write(f"[sft] stopped at warm-start step {i} of {s.steps}")
+      break
     idx = rng.choice(len(demos), s.batch_size, replace=len(demos) < s.batch_size)
     seqs = [demos[j] for j in idx]
     batch = sft_batch(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)

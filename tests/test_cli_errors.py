@@ -15,11 +15,27 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
     ("--config.loop.stepz=3", "--config.loop.stepz: unknown config field"),
     ("--config.env.backend=podman", "env.backend: 'podman' is not one of"),
     ("--config.env.tasks=no/such/tasks", "env.tasks: no/such/tasks: no such folder"),
+    # Every registry / enum name, before the warm start (issue 38.2).
+    ("--config.train.loss.advantage=foo", "train.loss.advantage: 'foo' is not one of"),
+    ("--config.train.loss.policy_loss=ppp", "train.loss.policy_loss: 'ppp' is not one of"),
+    ("--config.train.loss.kl=k4", "train.loss.kl: 'k4' is not one of k1, k2, k3, none"),
+    ("--config.train.loss.aggregation=sum", "train.loss.aggregation: 'sum' is not one of"),
+    ("--config.env.verifier_mode=later", "env.verifier_mode: 'later' is not one of"),
+    ("--config.env.tasks=procedural:echo_wrd", "did you mean 'echo_word'?"),
+    ("--config.env.tasks=mixed:echo_word+nosuite<=2", "'nosuite' is not one of"),
+    # A path with a section left out, a flag with no value (issue 38.3).
+    (
+      "--config.optim.lr=1",
+      "--config.optim.lr: unknown config field; did you mean --config.train.optim.lr?",
+    ),  # fmt: skip
+    ("--config.loop.steps", "--config.loop.steps: no value given (write --config.loop.steps="),
   ],
 )
-def test_train_errors_are_one_line_before_the_workdir(tmp_path, override, cause):
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_train_errors_are_one_line_before_the_workdir(tmp_path, override, cause, dry_run):
   wd = tmp_path / "run"
   cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={wd}"]
+  cmd += ["--dry_run"] if dry_run else []
   out = subprocess.run(cmd + [override], capture_output=True, text=True, cwd=ROOT, timeout=300)
   assert out.returncode == 2, out.stderr[-2000:]
   lines = out.stderr.strip().splitlines()

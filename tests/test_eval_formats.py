@@ -5,6 +5,7 @@ through the library and through `launch.eval`."""
 import dataclasses
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -304,7 +305,11 @@ def test_launch_eval_folder_with_a_broken_task(tmp_path):
     "--filter=[bt]*", f"--out={out}",
   ]  # fmt: skip
   r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-  assert r.returncode == 0, r.stderr[-3000:]
+  assert r.returncode == 4, r.stderr[-3000:]  # a task did not load: not a clean run
+  last = r.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: 1 of 3 tasks did not load") and "exit status 4" in last, last
+  assert "warning: load_error real/broken" in r.stderr, r.stderr[-3000:]
+  assert not re.search(r"^[IWEF]\d{4} \d\d:", r.stderr, re.M), r.stderr[-3000:]  # absl's prefix
   doc = json.loads((out / "results.json").read_text())
   rows = {t["task_id"]: t for t in doc["trials"]}
   assert set(rows) == {"real/tb2-base", "real/tb1-compose", "real/broken"}  # filter on folders

@@ -108,14 +108,25 @@ def test_plain_openai_client_example_is_a_harness():
   spec.loader.exec_module(example)
   shell = json.dumps({"name": "shell", "arguments": {"command": TASK.solution_script}})
   actions = [f"<tool_call>{shell}</tool_call>", '<tool_call>{"name": "finish"}</tool_call>']
-  episodes, srv, policy = _external(
-    actions, lambda url, runner, instr: example.run(url, runner, instr, model="oracle")
+  said = []
+  harness = lambda url, runner, instr: example.run(
+    url, runner, instr, model="oracle", on_turn=lambda *a: said.append(a)
   )
+  episodes, srv, policy = _external(actions, harness)
   try:
     out = episodes(TASK, "plain-1", seed=0)
   finally:
     srv.close()
   assert out.passed and out.harness_result == {"finished": True, "turns": 2}
+  assert said[0][0] == 1 and said[0][1].startswith("shell ") and said[1] == (2, "finish")
+  # A conversation longer than the model's context ends the episode, with one progress line.
+  gw = Gateway(agent.ScriptedPolicy(TOK, actions), TOK, model_name="oracle", max_seq_len=32)
+  with BackgroundServer(make_app(gw)) as small:
+    said.clear()
+    got = example.run(small.base_url(), None, TASK.instruction, model="oracle",
+                      on_turn=lambda *a: said.append(a))  # fmt: skip
+  assert got == {"finished": False, "turns": 0, "stop": "context_length_exceeded"}
+  assert said == [(1, "the conversation no longer fits the model's context: stopped")]
   assert len(out.episode.segments) == 1 and out.episode.generated_tokens == sum(
     len(TOK.encode(a)) for a in actions
   )

@@ -18,4 +18,9 @@ def test_one_bar_through_the_stages(tmp_path, capsys):
   err = capsys.readouterr().err.replace("\r", "\n").splitlines()
   last = [line for line in err if "RL steps" in line][-1]
   assert "2/4" in last and "pass rate=0.75" in last and "<" in last, last  # elapsed<ETA
-  assert (tmp_path / "metrics.jsonl").read_text().count('"step"') == 3
+  assert (tmp_path / "metrics.jsonl").read_text().count('"step"') == 2  # the RL steps
+  from rl.runtime.telemetry import read_metrics
+
+  assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]  # no warm-start step among them
+  (sft,) = read_metrics(tmp_path, "sft_step")
+  assert sft["sft_step"] == sft["step"] == 4 and sft["sft/nll"] == 1.25

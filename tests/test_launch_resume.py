@@ -81,12 +81,10 @@ def _runs(tmp_path, cache, a_dir, b_dir, procs):
     b.send_signal(signal.SIGKILL)
     assert b.wait() == -signal.SIGKILL
     assert not (b_dir / "summary.json").exists()
-    b = launch(
-      b_dir, lb
-    )  # resume, then Ctrl-C: it must checkpoint, exit cleanly, say how to resume
+    b = launch(b_dir, lb)  # resume, then Ctrl-C: it must checkpoint, exit 130, say how to resume
     _wait_for(b_dir / "batches" / "step-00000004.parquet", b)
     b.send_signal(signal.SIGINT)
-    assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]
+    assert b.wait(timeout=300) == 130, (tmp_path / "b.log").read_text()[-3000:]
     log = (tmp_path / "b.log").read_text()
     assert "resumed from step 2 of 5" in log and "Traceback" not in log, log[-3000:]
     assert (

@@ -138,3 +138,13 @@ def test_sweep_runs_writes_results_and_skips_finished_runs(tmp_path):
   assert again.returncode == 0, again.stderr[-2000:]
   assert "[sweep] " not in again.stdout and again.stdout.count("finished before, skipped") == 2
   assert {n: (r / "summary.json").stat().st_mtime for n, r in runs.items()} == before
+
+
+def test_a_preempted_run_is_not_finished(tmp_path):
+  from launch import sweep
+
+  assert not sweep.finished(tmp_path)  # no summary.json
+  (tmp_path / "summary.json").write_text(json.dumps({"step": 2, "preempted": True}))
+  assert not sweep.finished(tmp_path)  # run again: it resumes
+  (tmp_path / "summary.json").write_text(json.dumps({"step": 5, "preempted": False}))
+  assert sweep.finished(tmp_path)

@@ -4,6 +4,11 @@ Routes: `/v1/models`, `/v1/chat/completions`, `/v1/completions`, the same three 
 `/episodes/<id>/v1` (recorded for RL; an unmodified client only needs that base URL), and
 `/stats`. Every error is an OpenAI error object naming the wrong field.
 
+Caps (`make_app(gateway, max_body_bytes=..., max_json_depth=..., api_key=...)`): a request body
+over `max_body_bytes` is refused with 413 before it is read further (or tokenised); JSON nested
+deeper than `max_json_depth` with 400; with `api_key` every route wants
+`Authorization: Bearer <api_key>` (401 otherwise), for a server bound beyond loopback.
+
 Streaming (`stream: true`) of one choice without tools sends `chat.completion.chunk` /
 `text_completion` chunks as the tokens are produced (envs.gateway.streaming; the generator's
 per-token callback). Tool calls, n > 1 and several prompts are parsed or batched on the whole
@@ -13,7 +18,9 @@ completion, so they stream the finished completion at token boundaries instead.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
+import re
 import threading
 import time
 import uuid
@@ -27,6 +34,43 @@ from envs.gateway.service import Gateway
 from envs.gateway.streaming import TokenStream
 
 _DONE = "data: [DONE]\n\n"
+MAX_BODY_BYTES = 4 << 20  # 4 MiB: a 128k-token context as JSON text, with room to spare
+MAX_JSON_DEPTH = 32  # chat messages with tool calls nest about 6 deep
+# A JSON string (skipped whole, so brackets inside it do not count) or one bracket.
+_JSON_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def json_depth(raw: bytes, limit: int) -> int:
+  """The nesting depth of JSON text `raw`, counted until it passes `limit` (no recursion, so
+  a hostile body cannot exhaust the parser's stack)."""
+  depth = top = 0
+  for m in _JSON_TOKEN.finditer(raw):
+    c = m.group()
+    if c in (b"[", b"{"):
+      depth += 1
+      top = max(top, depth)
+      if top > limit:
+        break
+    elif c in (b"]", b"}"):
+      depth -= 1
+  return top
+
+
+async def read_body(request, limit: int) -> bytes:
+  """The request body, refused (413) as soon as it passes `limit` bytes."""
+  too_big = RequestError(
+    f"the request body is larger than {limit} bytes", status=413, code="request_too_large"
+  )
+  declared = request.headers.get("content-length", "")
+  if declared.isdigit() and int(declared) > limit:
+    raise too_big
+  chunks, size = [], 0
+  async for chunk in request.stream():
+    size += len(chunk)
+    if size > limit:
+      raise too_big
+    chunks.append(chunk)
+  return b"".join(chunks)
 
 
 def _sse(obj) -> str:
@@ -101,8 +145,22 @@ async def _live_chunks(task, stream: TokenStream, head: dict, include_usage: boo
   yield _DONE
 
 
-def make_app(gateway: Gateway) -> fastapi.FastAPI:
+def make_app(gateway: Gateway, *, max_body_bytes: int = MAX_BODY_BYTES,
+             max_json_depth: int = MAX_JSON_DEPTH, api_key: str = "") -> fastapi.FastAPI:  # fmt: skip
+  """The routes above over `gateway`, with the caps of the module docstring."""
   app = fastapi.FastAPI(title="agentrl gateway")
+
+  if api_key:
+    want = f"Bearer {api_key}".encode()
+
+    @app.middleware("http")
+    async def _bearer(request: fastapi.Request, call_next):
+      got = request.headers.get("authorization", "").encode()
+      if not hmac.compare_digest(got, want):
+        err = RequestError("missing or wrong API key (Authorization: Bearer <key>)",
+                           status=401, code="invalid_api_key")  # fmt: skip
+        return JSONResponse(err.body(), status_code=401)
+      return await call_next(request)
 
   @app.exception_handler(RequestError)
   async def _request_error(request, e: RequestError):
@@ -118,10 +176,12 @@ def make_app(gateway: Gateway) -> fastapi.FastAPI:
     return JSONResponse(err.body(), status_code=404)
 
   async def body_of(request: fastapi.Request):
-    raw = await request.body()
+    raw = await read_body(request, max_body_bytes)
+    if json_depth(raw, max_json_depth) > max_json_depth:
+      raise RequestError(f"the request body nests JSON deeper than {max_json_depth} levels")
     try:
       return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
       raise RequestError(f"the request body is not valid JSON: {e}") from None
 
   async def respond(fn, request, episode_id, kind: str):

@@ -6,6 +6,8 @@
 
 `launch.export`, `launch.eval`, `launch.generate_demo` and `launch.serve` go through
 `resolve_checkpoint`, so each accepts an HF folder, a run directory or one orbax step directory.
+`agentrl_export.json` names the run and step and carries the run's agent and engine settings
+(rl.runtime.run_settings), which launch.eval and launch.serve start from.
 A byte-tokenizer run writes no tokenizer.json (readers fall back to models.io.tokenizer.ByteTokenizer,
 as for any folder without one) but does write its chat template (chat_template.jinja).
 """
@@ -34,7 +36,7 @@ def _experiment(workdir: pathlib.Path):
     raise CheckpointError(f"{file}: cannot read the run's experiment ({e})") from None
 
 
-def _model_config(exp):
+def model_config(exp):
   """The run's model: its config, or the HF checkpoint's it started from."""
   if not exp.checkpoint:
     return exp.model
@@ -85,7 +87,7 @@ def load_params(workdir, step: int):
   import orbax.checkpoint as ocp
 
   workdir = pathlib.Path(workdir)
-  cfg = _model_config(_experiment(workdir))
+  cfg = model_config(_experiment(workdir))
   path = (workdir / "checkpoints" / str(step) / "state").absolute()
   ckptr = ocp.PyTreeCheckpointer()
   with _no_step_metadata_warning():
@@ -169,9 +171,11 @@ def export(workdir, out, step="latest", adapters=False) -> pathlib.Path:
   else:
     peft_io.save_merged(out, cfg, frozen, params, exp.train.lora)
   _save_tokenizer(exp, workdir, out)
-  (out / "agentrl_export.json").write_text(
-    json.dumps({"workdir": str(workdir.absolute()), "step": n}, indent=1) + "\n"
-  )
+  from rl.runtime import run_settings  # the run's agent and engine: eval/serve's defaults
+
+  meta = {"workdir": str(workdir.absolute()), "step": n}
+  meta["settings"] = run_settings.from_experiment(exp)
+  (out / "agentrl_export.json").write_text(json.dumps(meta, indent=1) + "\n")
   return out
 
 

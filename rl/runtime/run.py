@@ -66,22 +66,7 @@ def preflight(exp: Experiment) -> None:
   """Checks what a run needs before anything is written: values, tasks, backend, checkpoint,
   tokenizer and the training mesh on this machine's devices. Raises ValueError (one line)."""
   exp.validate()
-  from envs import procedural
-  from envs import sandbox as sandbox_lib
-
-  env = exp.env
-  if env.backend not in sandbox_lib.BACKENDS:
-    raise ValueError(f"env.backend: {env.backend!r} is not one of {sorted(sandbox_lib.BACKENDS)}")
-  if env.tasks.startswith("procedural:"):
-    family = env.tasks.split(":", 1)[1]
-    if family not in procedural.FAMILIES:
-      raise ValueError(
-        f"env.tasks: unknown procedural family {family!r} (known: {', '.join(procedural.FAMILIES)})"
-      )
-  elif env.tasks.startswith("mixed:"):
-    parse_mixed(env.tasks)
-  elif not pathlib.Path(env.tasks).is_dir():
-    raise ValueError(f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>')")
+  check_names(exp)
   from models.io import checkpoints  # a named checkpoint (smollm2-135m-instruct): its folder
 
   if exp.checkpoint and not (checkpoints.resolve(exp.checkpoint) / "config.json").is_file():
@@ -101,6 +86,50 @@ def preflight(exp: Experiment) -> None:
     training_mesh(exp)
   except (ValueError, AssertionError) as e:
     raise ValueError(f"train.mesh: {e}") from None
+
+
+def _one_of(field: str, value: str, known, what: str) -> None:
+  if value not in known:
+    import difflib
+
+    close = difflib.get_close_matches(value, list(known), 1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ValueError(f"{field}: {value!r} is not one of {', '.join(sorted(known))} ({what}){hint}")
+
+
+def check_names(exp: Experiment) -> None:
+  """Every name a run looks up later (registries, backend, task source, procedural family,
+  built-in suite, verifier mode, harness) checked now, before the warm start or a workdir."""
+  from envs import procedural
+  from envs import sandbox as sandbox_lib
+  from envs.task import BUILTIN_DIR
+  from rl import advantages, losses, registry  # noqa: F401  (importing registers the names)
+
+  loss, env = exp.train.loss, exp.env
+  for reg, value, field in (
+    (registry.ADVANTAGES, loss.advantage, "train.loss.advantage"),
+    (registry.POLICY_LOSSES, loss.policy_loss, "train.loss.policy_loss"),
+    (registry.KL_ESTIMATORS, loss.kl, "train.loss.kl"),
+    (registry.AGGREGATIONS, loss.aggregation, "train.loss.aggregation"),
+  ):
+    known = [*reg.names(), "none"] if field.endswith(".kl") else reg.names()
+    _one_of(field, value, known, reg.kind)
+  _one_of("env.backend", env.backend, sandbox_lib.BACKENDS, "sandbox backend")
+  _one_of("env.verifier_mode", env.verifier_mode, ("after", "fresh"), "verifier mode")
+  if exp.agent.kind == "external" and ":" not in exp.agent.harness:
+    raise ValueError(f"agent.harness: {exp.agent.harness!r} is not 'module:function'")
+  if env.tasks.startswith("procedural:"):
+    family = env.tasks.split(":", 1)[1]
+    _one_of("env.tasks", family, procedural.FAMILIES, "procedural family")
+  elif env.tasks.startswith("mixed:"):
+    suites = sorted(p.name for p in BUILTIN_DIR.iterdir() if p.is_dir())
+    for name, _ in parse_mixed(env.tasks)[1]:
+      _one_of("env.tasks", name, suites, "built-in suite")
+  elif not pathlib.Path(env.tasks).is_dir():
+    raise ValueError(
+      f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>' or "
+      "'mixed:<family>,...+<suite><=<difficulty>')"
+    )
 
 
 def flat_config(d: dict, prefix: str = "") -> dict:
@@ -139,10 +168,38 @@ def record_experiment(
         f"{file}: the config differs from the run being resumed ({lines}); rerun with the "
         "stored config, use a new --workdir, or pass --override_config to continue with it"
       )
+    shape = shape_change(json.loads(file.read_text()), exp, diff)
+    if shape:  # refused before anything in the workdir changes
+      raise ConfigChanged(f"model shape changed: {shape}; these weights cannot be restored")
     n = 1 + len(list(wd.glob("experiment-*.json")))
     file.rename(wd / f"experiment-{n}.json")
     say(f"config changed ({lines}); the old record is {wd / f'experiment-{n}.json'}")
   file.write_text(text)
+
+
+def shape_change(stored: dict, exp: Experiment, diff: dict) -> str:
+  """The changed fields ('model.d_model 96 -> 128') when the weights of the run recorded in
+  `stored` do not fit `exp`'s (other parameter shapes or LoRA adapters); '' when they do."""
+  from models import transformer
+  from rl.config import from_config
+  from rl.runtime.export import model_config
+
+  keys = [k for k in diff if k.startswith(("model.", "train.lora.")) or k == "checkpoint"]
+  if not keys:
+    return ""
+  try:
+    old = from_config(Experiment, stored, "experiment.json")
+    cfgs = (model_config(old), model_config(exp))
+  except (ValueError, OSError):
+    return ""  # an old record or a base checkpoint gone: restore itself will say
+  shapes = [
+    jax.tree.map(lambda x: x.shape, jax.eval_shape(transformer.init, c, jax.random.key(0)))
+    for c in cfgs
+  ]
+  lora = [(e.train.lora.rank, e.train.lora.targets) for e in (old, exp)]
+  if shapes[0] == shapes[1] and lora[0] == lora[1]:
+    return ""
+  return ", ".join(f"{k} {diff[k][0]!r} -> {diff[k][1]!r}" for k in keys)
 
 
 class ConfigChanged(ValueError):
@@ -225,6 +282,8 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
         exp.sft.teacher_accuracy,
         exp.sft.seed,
         exp.agent.protocol,
+        budget=exp.agent,
+        say=tel.write,
       )
       passed = sum(d["passed"] for d in demos)
       tel.event(
@@ -239,8 +298,12 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
       )
       demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
       tel.phase("warm start steps", total=exp.sft.steps)
-      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm)
+      stop = None if comm.multi else (lambda: ckpt.preempted)  # one process: stop at once
+      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm, stop)
       tel.phase(None)
+      if ckpt.preempted:  # no checkpoint yet: the next run starts the warm start again
+        tel.close(plot=False)
+        return {"step": 0, "preempted": True, "workdir": str(wd), "in_warm_start": True}
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
     eval_agent = dataclasses.replace(exp.agent, greedy=exp.env.eval_greedy)
     eval_fn = functools.partial(
@@ -278,6 +341,9 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
     )
     history = trainer.run()
     extra = comm.finish(trainer.state)  # multi-process: stops the others, compares replicas
+  except BaseException:
+    tel.close(plot=False)  # the progress bar ends before the error's line
+    raise
   finally:
     gen.close()
     ckpt.close()

@@ -1,7 +1,8 @@
 """Run telemetry: TensorBoard event files, JSONL metrics and events, a progress bar, PNG plots.
 
 Under WORKDIR:
-  metrics.jsonl     one JSON object per logged step: {"step": s, "time": unix, name: value, ...}
+  metrics.jsonl     one JSON object per logged step: {"step": s, "time": unix, name: value, ...};
+                    warm-start steps carry "sft_step" instead of "step"
   events.jsonl      discrete events (quarantine, sandbox errors, resume, preemption, ...)
   tb/               TensorBoard event files (`tensorboard --logdir WORKDIR`)
   plots/*.png       curves drawn at the end of a run (`plot_curves`)
@@ -99,10 +100,12 @@ class Telemetry:
   ) -> None:
     """Records scalar metrics of `step`; `show` names the ones for the progress line.
 
-    `progress=False` records without moving the progress bar (e.g. warm-start steps).
+    `progress=False`: a warm-start step (recorded as `sft_step`, the progress bar on its stage).
     """
     clean = {k: _clean(v) for k, v in metrics.items() if v is not None}
-    self._metrics.write(json.dumps({"step": step, "time": time.time(), **clean}) + "\n")
+    # Warm-start steps count on their own (`sft_step`), so they never merge with RL steps.
+    key = "step" if progress else "sft_step"
+    self._metrics.write(json.dumps({key: step, "time": time.time(), **clean}) + "\n")
     if self._tb is not None:
       for k, v in clean.items():
         if isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -188,8 +191,9 @@ def episode_table(step: int, rows: list[dict], width: int = 60) -> str:
   return "\n".join(lines)
 
 
-def read_metrics(workdir: str | os.PathLike) -> list[dict]:
-  """metrics.jsonl as records sorted by step, the last record of each step winning."""
+def read_metrics(workdir: str | os.PathLike, key: str = "step") -> list[dict]:
+  """metrics.jsonl as records sorted by step, the last record of each step winning: the RL
+  steps, or with key="sft_step" the warm start's (their `step` is then the warm-start step)."""
   path = pathlib.Path(workdir) / "metrics.jsonl"
   by_step: dict[int, dict] = {}
   if not path.exists():
@@ -199,8 +203,8 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict]:
       rec = json.loads(line)
     except json.JSONDecodeError:  # a line cut by kill -9
       continue
-    if "step" in rec:
-      by_step[rec["step"]] = {**by_step.get(rec["step"], {}), **rec}
+    if key in rec:
+      by_step[rec[key]] = {**by_step.get(rec[key], {}), **rec, "step": rec[key]}
   return [by_step[s] for s in sorted(by_step)]
 
 
@@ -228,13 +232,13 @@ def plot_curves(workdir: str | os.PathLike, groups: list[str] | None = None) -> 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  records = read_metrics(workdir)
+  records = read_metrics(workdir) + read_metrics(workdir, "sft_step")
   keys = sorted(
     {
       k
       for r in records
       for k, v in r.items()
-      if k not in ("step", "time") and isinstance(v, (int, float))
+      if k not in ("step", "sft_step", "time") and isinstance(v, (int, float))
     }
   )
   by_group: dict[str, list[str]] = {}

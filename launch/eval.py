@@ -132,7 +132,7 @@ def _select(eval_seed: int | None = None):
   if not tasks and not errors:
     raise app.UsageError(f"--tasks={_TASKS.value!r} --filter={_FILTER.value!r}: no task")
   for e in errors:
-    print(f"{e.task_id}: load_error: {e.reason}", file=sys.stderr)
+    print(f"warning: load_error {e.task_id}: {e.reason}", file=sys.stderr)
   return tasks, errors
 
 

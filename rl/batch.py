@@ -21,7 +21,7 @@ import numpy as np
 
 from rl import advantages as adv_lib
 from rl import packing
-from rl.config import LossConfig
+from rl.train_config import LossConfig
 
 
 def row_multiple(mesh, micro_batches: int = 1) -> int:

@@ -51,8 +51,8 @@ from parallel import sharding
 from parallel.rules import constrain, merge_rules, use_mesh_rules
 from rl import advantages as adv_lib
 from rl import losses
-from rl.config import LossConfig, TrainConfig
 from rl.layout import Layout, plan
+from rl.train_config import LossConfig, TrainConfig
 from rl.train_state import (
   TrainState,
   lr_schedule,

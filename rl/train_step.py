@@ -12,7 +12,8 @@ Batch format (a flat dict of NumPy arrays built by the host loop; rl.packing.pac
                                 like loss_mask (entry t scores tokens[t]). Missing: on-policy
                                 (old = the current policy, no gradient through it).
   rewards_BS, group_ids_BS      per-sequence reward and prompt group (slot s = segment s+1);
-    or advantages_BS            precomputed advantages instead (then no estimator runs)
+    or advantages_BS            final advantages instead, taken as they are (rl.batch builds
+                                them with the same rl.advantages.from_rewards)
   truncated_BS           bool   optional; the response hit the length limit (overlong='mask')
   prox_logprobs_BT       float  optional (decoupled PPO): proximal log-probs from
                                 `compute_logprobs` before several mini-batch updates; missing:
@@ -155,23 +156,15 @@ def prepare(batch, cfg: LossConfig):
     if "truncated_BS" not in batch:
       raise ValueError("LossConfig.overlong='mask' needs truncated_BS in the batch")
     mask_BT = mask_BT * (1.0 - segs.to_tokens(batch["truncated_BS"].astype(jnp.float32)))
-  if "advantages_BS" in batch:
-    if cfg.overlong == "penalty":
-      raise ValueError(
-        "LossConfig.overlong='penalty' shapes rewards: pass rewards_BS, not advantages_BS"
-      )
+  if "advantages_BS" in batch:  # final (rl.batch ran the same from_rewards on the host)
     adv_BS = jnp.where(valid_BS, batch["advantages_BS"].astype(jnp.float32), 0.0)
     rew_BS = jnp.zeros_like(adv_BS)
   else:
-    rew_BS = batch["rewards_BS"].astype(jnp.float32)
-    if cfg.overlong == "penalty":
-      pen = adv_lib.overlong_penalty(len_BS, cfg.overlong_max_len, cfg.overlong_buffer)
-      rew_BS = rew_BS + cfg.overlong_penalty * pen
     flat = lambda x: x.reshape(-1)
-    adv_N = adv_lib.compute_advantages(
-      cfg.advantage, flat(rew_BS), flat(batch["group_ids_BS"]), flat(valid_BS), cfg.adv_eps
+    rew_N, adv_N = adv_lib.from_rewards(
+      cfg, flat(batch["rewards_BS"]), flat(batch["group_ids_BS"]), flat(valid_BS), flat(len_BS)
     )
-    adv_BS = adv_N.reshape(rew_BS.shape)
+    rew_BS, adv_BS = rew_N.reshape(len_BS.shape), adv_N.reshape(len_BS.shape)
   live_BS = valid_BS & (segs.sum(mask_BT) > 0)
   norm = cfg.norm_length or batch["tokens_BT"].shape[1]
   denoms = losses.Denoms(mask_BT.sum(), live_BS.sum().astype(jnp.float32), jnp.float32(norm))

@@ -261,15 +261,12 @@ def _mismatch(agent) -> dict | None:
   """The recorded episodes' mismatch against the trainer's fp32 forward (policy agent only)."""
   if getattr(agent, "model", None) is None:
     return None
-  from models.sampling import SamplingParams
   from rl.runtime import mismatch
 
   model_cfg, params = agent.model
   tier = {"dtype": _ENGINE_DTYPE.value or model_cfg.dtype, "weights": _WEIGHT_DTYPE.value,
           "kv": _KV_DTYPE.value}  # fmt: skip
-  a = agent.agent_cfg
-  sp = SamplingParams(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, greedy=a.greedy)
-  segs = agent.segments
+  segs, sp = agent.segments, agent.agent_cfg.sampling()  # how the episodes were sampled
   return {"engine": tier, "segments": len(segs), **mismatch.score(model_cfg, params, segs, sp)}
 
 

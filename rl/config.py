@@ -10,6 +10,8 @@ imports the agent's config from envs/); of rl/ it imports only rl.train_config.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import types
 import typing
 
@@ -206,13 +208,12 @@ class Experiment:
         "sft.carry_moments: the warm start's AdamW moments are per base weight, LoRA "
         "(train.lora.rank > 0) trains adapters; set sft.carry_moments = False"
       )
-    a, t = self.agent, self.train.loss.temperature
-    if a.greedy or a.temperature != t or a.top_k or a.top_p != 1.0:
+    a = self.agent
+    if not a.temperature > 0.0 or a.greedy or a.top_k or a.top_p != 1.0:
       raise ValueError(
-        f"agent: training rollouts must sample at train.loss.temperature ({t}) without "
-        f"top-k/top-p, got temperature {a.temperature}, top_k {a.top_k}, top_p {a.top_p}, "
-        f"greedy {a.greedy} (the trainer scores logits / temperature); use env.eval_greedy "
-        "for eval"
+        f"agent: training rollouts must sample at a temperature > 0 without top-k/top-p, got "
+        f"temperature {a.temperature}, top_k {a.top_k}, top_p {a.top_p}, greedy {a.greedy} "
+        "(the trainer scores logits / agent.temperature); use env.eval_greedy for eval"
       )
     if self.engine.max_seq_len > self.loop.row_len:
       raise ValueError(
@@ -269,6 +270,36 @@ def from_config(cls, config, path: str = "config"):
     raise ValueError(f"{path}: {e}") from e
 
 
-def to_experiment(config) -> Experiment:
-  """An ml_collections config (configs/*.py) -> Experiment."""
-  return from_config(Experiment, config)
+# Removed fields -> the field that owns their value now. A config or a stored experiment.json
+# that still has one is read when the two agree (the old Experiment.validate made them equal).
+RETIRED = {"train.loss.temperature": "agent.temperature"}
+
+
+def drop_retired(data: dict, path: str = "config") -> dict:
+  """A copy of `data` (an Experiment as nested dicts) without RETIRED fields; one that
+  disagrees with its owner is an error naming both."""
+  data = json.loads(json.dumps(data, default=str))  # a deep copy of plain values
+  for old, new in RETIRED.items():
+    *parents, leaf = old.split(".")
+    node = _lookup(data, parents, {})
+    if not isinstance(node, dict) or leaf not in node:
+      continue
+    default = functools.reduce(getattr, new.split("."), Experiment())
+    owner = _lookup(data, new.split("."), default)
+    if node.pop(leaf) != owner:
+      raise ValueError(f"{path}.{old}: retired; its value is {new}'s ({owner}): set {new}")
+  return data
+
+
+def _lookup(data: dict, keys: list[str], default):
+  for k in keys:
+    if not isinstance(data, dict) or k not in data:
+      return default
+    data = data[k]
+  return data
+
+
+def to_experiment(config, path: str = "config") -> Experiment:
+  """An ml_collections config (configs/*.py) or a stored experiment.json's dict -> Experiment."""
+  data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+  return from_config(Experiment, drop_retired(data, path), path)

@@ -3,6 +3,8 @@
 The pure core reads only these (rl.losses, rl.train_step, rl.layout, rl.train_state,
 rl.batch): this module imports the policy's and the mesh's configs and nothing of envs/ or
 the engine. The whole run's config (`rl.config.Experiment`) holds a TrainConfig as `train`.
+The sampling temperature is not here: its one owner is `agent.temperature`, which the host
+passes to the step (`make_train_step(..., temperature=)`), so rollout and loss cannot disagree.
 """
 
 from __future__ import annotations
@@ -46,13 +48,8 @@ class LossConfig:
   # successes: with Adam, the large gradients of a failed sample's improbable tokens otherwise
   # set the step size, and a nearly-solved problem (a sharp warm start) barely moves.
   negative_advantage_weight: float = 1.0
-  # The sampling temperature every log-prob is scored at (policy, proximal, reference):
-  # logits / temperature, the distribution the engine sampled from (agent.temperature).
-  temperature: float = 1.0
 
   def __post_init__(self):
-    if not self.temperature > 0.0:
-      raise ValueError(f"LossConfig.temperature must be > 0, got {self.temperature}")
     choices = {
       "is_level": ("token", "sequence"),
       "is_mode": ("truncate", "mask"),

@@ -187,12 +187,14 @@ def _seq_stats(adv_BS, rew_BS, valid_BS, len_BS):
 
 
 def micro_loss(
-  params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig, layout=Layout()
-):
-  """Loss of one micro-batch (its share of the whole-batch loss) and metric sums."""
+  params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig, layout=Layout(),
+  temperature: float = 1.0,
+):  # fmt: skip
+  """Loss of one micro-batch (its share of the whole-batch loss) and metric sums; every
+  log-prob (policy, reference) is of logits / `temperature`, the rollouts' sampling one."""
   with_ent = cfg.compute_entropy or cfg.entropy_coef != 0.0
   logp_BT, ent_BT, aux_loss = forward_logprobs(
-    params, mb, model_cfg, with_ent, layout, mb["loss_mask_BT"], cfg.temperature
+    params, mb, model_cfg, with_ent, layout, mb["loss_mask_BT"], temperature
   )
   cur_sg = jax.lax.stop_gradient(logp_BT)
   segs = losses.Segments.make(mb["segment_ids_BT"], mb["advantages_BS"].shape[1])
@@ -205,9 +207,7 @@ def micro_loss(
   if cfg.kl != "none":
     ref = mb.get("ref_logprobs_BT")
     inputs["ref_logprobs_BT"] = (
-      ref
-      if ref is not None
-      else compute_logprobs(ref_params, mb, model_cfg, layout, cfg.temperature)
+      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg, layout, temperature)
     )
   loss, metrics = losses.loss_from_logprobs(logp_BT, ent_BT, inputs, segs, denoms, cfg)
   metrics["sum"]["moe_aux_loss"] = jax.lax.stop_gradient(aux_loss)
@@ -247,8 +247,9 @@ def _identity_like(shapes):
 
 
 def accumulate(
-  params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, layout=Layout(), frozen=None
-):
+  params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, layout=Layout(), frozen=None,
+  temperature: float = 1.0,
+):  # fmt: skip
   """Sum of gradients, losses and metric sums over the micro-batches (lax.scan when M > 1).
 
   Gradients are of `params` (the adapters under LoRA, applied over the `frozen` base).
@@ -256,7 +257,7 @@ def accumulate(
 
   def loss_of(trainable, mb):
     policy = model_params(trainable, frozen, cfg)
-    return micro_loss(policy, mb, ref_params, denoms, model_cfg, cfg.loss, layout)
+    return micro_loss(policy, mb, ref_params, denoms, model_cfg, cfg.loss, layout, temperature)
 
   grad_fn = jax.value_and_grad(loss_of, has_aux=True)
 
@@ -279,17 +280,21 @@ def accumulate(
 
 
 def compute_grads(
-  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, layout=Layout(), frozen=None
-):
+  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, layout=Layout(), frozen=None,
+  temperature: float = 1.0,
+):  # fmt: skip
   """(grads, loss, metrics) of a whole batch, accumulated over cfg.micro_batches.
 
-  layout: the batch's `rl.layout.plan` (or plain); frozen: the LoRA base (TrainState.frozen).
+  layout: the batch's `rl.layout.plan` (or plain); frozen: the LoRA base (TrainState.frozen);
+  temperature: the logits are divided by it (the rollouts' sampling one, agent.temperature).
   """
   mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
   denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
   work = {k: v for k, v in batch.items() if k in _PER_TOKEN_INPUTS}
   work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
-  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg, layout, frozen)
+  grads, loss, met = accumulate(
+    params, ref_params, work, denoms, model_cfg, cfg, layout, frozen, temperature
+  )
   n_tok = jnp.maximum(denoms.n_tokens, 1.0)
   metrics = {k: v / n_tok for k, v in met["sum"].items() if k != "moe_aux_loss"}
   metrics["moe_aux_loss"] = met["sum"]["moe_aux_loss"] / cfg.micro_batches
@@ -300,13 +305,15 @@ def compute_grads(
 
 
 def train_step(
-  state: TrainState, batch, layout=Layout(), *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh
-):
-  """One optimizer update from one batch (format in the module docstring)."""
+  state: TrainState, batch, layout=Layout(), *, model_cfg: ModelConfig, cfg: TrainConfig,
+  mesh: Mesh, temperature: float = 1.0,
+):  # fmt: skip
+  """One optimizer update from one batch (format in the module docstring), its log-probs
+  scored at the rollouts' sampling `temperature`."""
   with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
     ref = reference_params(state, cfg)
     grads, _, metrics = compute_grads(
-      state.params, ref, batch, model_cfg, cfg, layout, frozen=state.frozen
+      state.params, ref, batch, model_cfg, cfg, layout, state.frozen, temperature
     )
     tx = make_optimizer(cfg.optim, trainable_axes(model_cfg, cfg))
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -357,8 +364,12 @@ def make_train_step(
   state_shardings,
   batch_like,
   compiler_options=None,
+  temperature: float = 1.0,
 ) -> PlannedStep:
   """jit(train_step) with in/out shardings and the state donated.
+
+  temperature: the one the rollouts sampled at (agent.temperature, its one owner); 1 for
+  demonstrations.
 
   batch_like: a batch (or a dict of ShapeDtypeStructs) with the keys and shapes every call
   will use; a batch of other keys or shapes compiles again, as does each new `rl.layout`
@@ -372,7 +383,9 @@ def make_train_step(
       f"TrainConfig.micro_batches={cfg.micro_batches} must be >= 1 and divide the "
       f"{batch_like['tokens_BT'].shape[0]} rows of the batch"
     )
-  fn = functools.partial(train_step, model_cfg=model_cfg, cfg=cfg, mesh=mesh)
+  fn = functools.partial(
+    train_step, model_cfg=model_cfg, cfg=cfg, mesh=mesh, temperature=temperature
+  )
   jitted = jax.jit(
     fn,
     in_shardings=(state_shardings, b_sh),
@@ -391,8 +404,10 @@ def make_compute_logprobs(
   param_shardings,
   batch_like,
   loss_only: bool = False,
+  temperature: float = 1.0,
 ):
-  """jit(compute_logprobs) for the proximal or reference forward of a host batch.
+  """jit(compute_logprobs) for the proximal or reference forward of a host batch, scored at
+  the rollouts' sampling `temperature`.
 
   loss_only: log-probs only at loss_mask_BT tokens (0 elsewhere), the LM head run only there
   (as in the update); all a loss ever reads. Shared prompt prefixes run once either way.
@@ -405,7 +420,7 @@ def make_compute_logprobs(
 
   def fn(params, batch, layout):
     with use_mesh_rules(mesh, rules):
-      return compute_logprobs(params, batch, model_cfg, layout, cfg.loss.temperature)
+      return compute_logprobs(params, batch, model_cfg, layout, temperature)
 
   jitted = jax.jit(
     fn,

@@ -63,7 +63,7 @@ def test_two_step_smollm2_config_on_a_tiny_model(tmp_path, capsys):
     assert 0.0 <= rate <= 1.0
     for k in ("episode/generated_tokens", "episode/turns", "train/entropy", "train/mismatch_kl"):
       assert k in r, k
-  assert exp.agent.temperature == exp.train.loss.temperature == 0.7
+  assert exp.agent.temperature == 0.7  # the one owner: rollouts sample at it, the loss scores
   assert any("sft/nll" in r for r in recs)  # the warm start ran on markdown-bash demos
   # Step 1 is on-policy and fp32: the engine's and the trainer's log-probs (both of the logits
   # at temperature 0.7) agree.

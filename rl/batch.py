@@ -71,8 +71,8 @@ def group_advantages(groups, loss_cfg: LossConfig = LossConfig()) -> list[list[f
   gids_N = np.repeat(np.arange(len(groups)), sizes).astype(np.int32)
   valid_N = np.ones_like(gids_N, bool)
   _, adv_N = adv_lib.from_rewards(loss_cfg, rewards_N, gids_N, valid_N, len_N)
-  ends = np.cumsum(sizes)
-  return [a.tolist() for a in np.split(np.asarray(adv_N, np.float64), ends[:-1])]
+  per_group = np.split(np.asarray(adv_N, np.float64), np.cumsum(sizes))[: len(sizes)]
+  return [a.tolist() for a in per_group]
 
 
 def build_batch(

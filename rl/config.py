@@ -9,9 +9,9 @@ imports the agent's config from envs/); of rl/ it imports only rl.train_config.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
-import json
 import types
 import typing
 
@@ -278,7 +278,7 @@ RETIRED = {"train.loss.temperature": "agent.temperature"}
 def drop_retired(data: dict, path: str = "config") -> dict:
   """A copy of `data` (an Experiment as nested dicts) without RETIRED fields; one that
   disagrees with its owner is an error naming both."""
-  data = json.loads(json.dumps(data, default=str))  # a deep copy of plain values
+  data = copy.deepcopy(data)
   for old, new in RETIRED.items():
     *parents, leaf = old.split(".")
     node = _lookup(data, parents, {})

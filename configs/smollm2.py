@@ -103,7 +103,6 @@ def get_config() -> ml_collections.ConfigDict:
   t.loss.policy_loss = "ppo"
   t.loss.kl = "none"
   t.loss.aggregation = "token-mean"
-  t.loss.temperature = a.temperature
   t.optim.lr = 2e-4  # LoRA; the full fine-tune was run at 2e-5
   t.optim.warmup_steps = 0
   t.optim.decay_steps = 10

@@ -1,8 +1,9 @@
 """A task's sandbox: create it from the task, copy files in, run the setup, remember the start.
 
-`open_task_sandbox(task, backend)` returns a `TaskSandbox`: the live sandbox, the workspace
-manifest right after setup (for tamper detection) and, when asked, a pristine snapshot that
-`reset()` restores, so one sandbox serves many episodes of the same task.
+`open_task_sandbox(task, backend)` returns a `TaskSandbox`: the live sandbox, the spec it was
+made from (image and limits: `reopen()` builds a fresh copy of the same environment), the
+workspace manifest right after setup (for tamper detection) and, when asked, a pristine
+snapshot that `reset()` restores, so one sandbox serves many episodes of the same task.
 """
 
 from __future__ import annotations
@@ -195,6 +196,7 @@ class TaskSandbox:
   sandbox: Sandbox
   task: Task
   backend: str
+  spec: SandboxSpec  # what the sandbox was made from (image, limits), before any run_as
   baseline: dict[str, str]  # workspace manifest right after setup
   pristine: str | None = None  # snapshot id right after setup
   # protected system paths changed by setup (Sandbox.system_fingerprint); None: read-only root
@@ -207,6 +209,10 @@ class TaskSandbox:
     neutralize_login(self.sandbox)
     kill_strays(self.sandbox)
     self.sandbox.restore(self.pristine)
+
+  def reopen(self, snapshot: bool = False) -> TaskSandbox:
+    """A fresh copy of this task environment: same backend and spec (image included)."""
+    return open_with_spec(self.task, self.backend, self.spec, snapshot)
 
   def close(self) -> None:
     self.sandbox.close()
@@ -230,8 +236,15 @@ def open_task_sandbox(
 
   Raises TaskSetupError when the task's own setup fails and SandboxError for infrastructure.
   """
+  return open_with_spec(task, backend, task_spec(task, image, **spec_overrides), snapshot)
+
+
+def open_with_spec(
+  task: Task, backend: str, spec: SandboxSpec, snapshot: bool = False
+) -> TaskSandbox:
+  """`open_task_sandbox` with the SandboxSpec already built (`TaskSandbox.reopen`)."""
   try:
-    sb = sandbox_lib.make(backend, task_spec(task, image, **spec_overrides))
+    sb = sandbox_lib.make(backend, spec)
   except sandbox_lib.PackageMissingError as e:  # the task asks for what does not exist
     raise TaskSetupError(f"{task.source or task.id}: {e}") from e
   except ValueError as e:  # the task's spec cannot work (check_spec names the field)
@@ -245,4 +258,4 @@ def open_task_sandbox(
   except BaseException:
     sb.close()
     raise
-  return TaskSandbox(sb, task, backend, baseline, pristine, system)
+  return TaskSandbox(sb, task, backend, spec, baseline, pristine, system)

@@ -19,8 +19,8 @@ from models import lora
 from models.config import tiny
 from models.io import hf, peft_io
 from parallel.mesh import single_device_mesh
-from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.packing import pack
+from rl.train_config import LossConfig, OptimConfig, TrainConfig
 from rl.train_state import create_train_state, policy_params
 from rl.train_step import make_train_step
 

@@ -15,8 +15,8 @@ import numpy as np  # noqa: E402
 
 from models.config import tiny  # noqa: E402
 from parallel.mesh import MeshConfig, make_mesh  # noqa: E402
-from rl.config import LossConfig, OptimConfig, TrainConfig  # noqa: E402
 from rl.packing import pack  # noqa: E402
+from rl.train_config import LossConfig, OptimConfig, TrainConfig  # noqa: E402
 from rl.train_state import create_train_state  # noqa: E402
 from rl.train_step import make_train_step  # noqa: E402
 

@@ -291,16 +291,13 @@ def _mismatch(agent, settings) -> dict | None:
   """The recorded episodes' mismatch against the trainer's fp32 forward (policy agent only)."""
   if getattr(agent, "model", None) is None:
     return None
-  from models.sampling import SamplingParams
   from rl.runtime import mismatch
 
   model_cfg, params = agent.model
   chosen = settings[2]
   tier = {"dtype": chosen["engine_dtype"] or model_cfg.dtype, "weights": chosen["weight_dtype"],
           "kv": chosen["kv_dtype"]}  # fmt: skip
-  a = agent.agent_cfg
-  sp = SamplingParams(temperature=a.temperature, top_k=a.top_k, top_p=a.top_p, greedy=a.greedy)
-  segs = agent.segments
+  segs, sp = agent.segments, agent.agent_cfg.sampling()  # how the episodes were sampled
   return {"engine": tier, "segments": len(segs), **mismatch.score(model_cfg, params, segs, sp)}
 
 

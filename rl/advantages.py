@@ -1,6 +1,9 @@
 """Advantage estimators over sequences grouped by prompt, chosen by name (rl.registry).
 
-Legend: N sequences (flattened batch slots). Every estimator takes
+Legend: N sequences (flattened batch slots). `from_rewards` is the one path from rewards to the
+advantages a LossConfig asks for (overlong penalty, estimator, negative-advantage weight); the
+host (rl.batch) and the step (rl.train_step, for a batch carrying rewards_BS) both call it.
+Every estimator takes
 `(rewards_N, group_ids_N, valid_N, eps)` and returns `advantages_N`; invalid slots (padding)
 take no part in any statistic and get 0, and so does every member of a group of one.
 Group statistics use an N x N same-group mask with elementwise sums (no matmul, so TPU's
@@ -13,6 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from rl.registry import ADVANTAGES
+from rl.train_config import LossConfig
 
 
 def _group_stats(rewards_N, group_ids_N, valid_N):
@@ -75,3 +79,16 @@ def overlong_penalty(length_N, max_len: int, buffer: int, penalty: float = 1.0):
 def compute_advantages(name: str, rewards_N, group_ids_N, valid_N, eps=1e-6):
   """Looks `name` up in the registry and applies it."""
   return ADVANTAGES.get(name)(rewards_N, group_ids_N, valid_N, eps)
+
+
+def from_rewards(cfg: LossConfig, rewards_N, group_ids_N, valid_N, length_N):
+  """(shaped rewards_N, advantages_N) as `cfg` asks: the DAPO overlong penalty (by policy
+  tokens `length_N`) added to the rewards, the registered estimator over the groups, then the
+  negative advantages scaled by `cfg.negative_advantage_weight`."""
+  r_N = jnp.asarray(rewards_N, jnp.float32)
+  if cfg.overlong == "penalty":
+    pen_N = overlong_penalty(jnp.asarray(length_N), cfg.overlong_max_len, cfg.overlong_buffer)
+    r_N = r_N + cfg.overlong_penalty * pen_N
+  adv_N = compute_advantages(cfg.advantage, r_N, group_ids_N, valid_N, cfg.adv_eps)
+  w = cfg.negative_advantage_weight
+  return r_N, jnp.where(adv_N < 0, adv_N * w, adv_N) if w != 1.0 else adv_N

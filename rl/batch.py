@@ -2,10 +2,10 @@
 
 Legend: G episodes per group, T tokens per packed row.
 
-Every host-side use of `LossConfig` is here: the advantage estimator (over whole groups, as
-rl.advantages registers it), the DAPO overlong penalty (`overlong="penalty"`: added to each
-episode's reward, by its policy tokens, before the advantages), the scale of negative
-advantages, and the truncation flags `overlong="mask"` reads. Each segment of an episode is
+Every host-side use of `LossConfig` is here: the advantages (rl.advantages.from_rewards, the
+same function the step runs on a batch carrying rewards: overlong penalty by the episode's
+policy tokens, the estimator over whole groups, the scale of negative advantages), and the
+truncation flags `overlong="mask"` reads. Each segment of an episode is
 one training sequence; all segments of an episode share its advantage. Rows are packed
 (rl.packing) and padded to `multiple * 2^k` rows so the jitted step compiles for few shapes.
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from rl import advantages as adv_lib
 from rl import packing
-from rl.config import LossConfig
+from rl.train_config import LossConfig
 
 
 def row_multiple(mesh, micro_batches: int = 1) -> int:
@@ -62,35 +62,17 @@ def row_segments(row: dict) -> list[dict]:
   return out
 
 
-def group_rewards(groups, loss_cfg: LossConfig = LossConfig()) -> list[list[float]]:
-  """Each episode's reward, with the overlong penalty when `loss_cfg.overlong == "penalty"`."""
-  out = []
-  for g in groups:
-    rew_G = np.array([float(r["reward"]) for r in g.rows], np.float32)
-    if loss_cfg.overlong == "penalty":
-      len_G = np.array([sum(r["loss_mask"]) for r in g.rows], np.float32)
-      pen_G = adv_lib.overlong_penalty(len_G, loss_cfg.overlong_max_len, loss_cfg.overlong_buffer)
-      rew_G = rew_G + loss_cfg.overlong_penalty * np.asarray(pen_G)
-    out.append([float(x) for x in rew_G])
-  return out
-
-
 def group_advantages(groups, loss_cfg: LossConfig = LossConfig()) -> list[list[float]]:
-  """Advantages per episode with the registered estimator (over whole groups), negative ones
-  scaled by `loss_cfg.negative_advantage_weight`."""
-  rew_G = group_rewards(groups, loss_cfg)
-  rewards_N = np.array([r for g in rew_G for r in g], np.float32)
-  gids_N = np.repeat(np.arange(len(groups)), [len(g) for g in rew_G]).astype(np.int32)
+  """Advantages per episode (rl.advantages.from_rewards over whole groups; an episode's
+  length for the overlong penalty is its policy tokens over all its segments)."""
+  sizes = [len(g.rows) for g in groups]
+  rewards_N = np.array([float(r["reward"]) for g in groups for r in g.rows], np.float32)
+  len_N = np.array([sum(r["loss_mask"]) for g in groups for r in g.rows], np.float32)
+  gids_N = np.repeat(np.arange(len(groups)), sizes).astype(np.int32)
   valid_N = np.ones_like(gids_N, bool)
-  adv_N = np.asarray(
-    adv_lib.compute_advantages(loss_cfg.advantage, rewards_N, gids_N, valid_N, loss_cfg.adv_eps)
-  )
-  w = loss_cfg.negative_advantage_weight
-  out, i = [], 0
-  for g in rew_G:
-    out.append([float(a) * w if a < 0 else float(a) for a in adv_N[i : i + len(g)]])
-    i += len(g)
-  return out
+  _, adv_N = adv_lib.from_rewards(loss_cfg, rewards_N, gids_N, valid_N, len_N)
+  per_group = np.split(np.asarray(adv_N, np.float64), np.cumsum(sizes))[: len(sizes)]
+  return [a.tolist() for a in per_group]
 
 
 def build_batch(

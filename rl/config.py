@@ -1,113 +1,26 @@
 """Every config of an RL run, frozen and hashable (launch/ converts ml_collections into these).
 
-`Experiment` is the whole run: model, update step (`TrainConfig`: loss, optimizer, mesh), warm
-start, agent, rollouts, loop, tasks, engine, cluster. `to_experiment(config)` parses a
-ConfigDict; unknown fields and bad values are errors naming the field, at parse time.
-A leaf module: no rl module is imported here.
+`Experiment` is the whole run: model, update step (`TrainConfig`: loss, optimizer, mesh; defined
+in rl.train_config, which the pure core reads without loading envs/), warm start, agent,
+rollouts, loop, tasks, engine, cluster. `to_experiment(config)` parses a ConfigDict; unknown
+fields and bad values are errors naming the field, at parse time. The host side's module (it
+imports the agent's config from envs/); of rl/ it imports only rl.train_config.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import types
 import typing
 
 from envs.agents.agent import AgentConfig
 from envs.agents.tool_format import DEFAULT_SYSTEM_PROMPT
 from models.config import ModelConfig
-from models.lora import LoraConfig
-from parallel.mesh import MeshConfig
-
-
-@dataclasses.dataclass(frozen=True)
-class LossConfig:
-  """What the GRPO-family loss computes. Every name below is looked up in rl.registry."""
-
-  advantage: str = "grpo"  # grpo | dr_grpo | rloo | batch_std
-  adv_eps: float = 1e-6  # added to the std in the denominator
-  policy_loss: str = "ppo"  # ppo | gspo | cispo
-  clip_low: float = 0.2  # ratio clipped to [1 - clip_low, 1 + clip_high]
-  clip_high: float = 0.28  # clip-higher (DAPO); set 0.2 for symmetric PPO
-  dual_clip: float | None = None  # c (e.g. 3.0): bounds the loss at -c*A where A < 0
-  log_ratio_clamp: float = 20.0  # log-ratios clamped to +-this before exp
-  kl: str = "none"  # none | k1 | k2 | k3 (none: no reference forward at all)
-  kl_coef: float = 0.0
-  kl_clamp: float = 10.0  # k3 values clamped to [-kl_clamp, kl_clamp]
-  aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum
-  #                                  | seq-mean-token-sum-norm
-  norm_length: int = 0  # constant length for seq-mean-token-sum-norm; 0 = row length T
-  entropy_coef: float = 0.0  # entropy bonus (loss -= coef * entropy)
-  compute_entropy: bool = True  # entropy metric (needs a pass over the logits)
-  # Decoupled PPO (AReaL): ratio against the proximal policy, weighted by prox/behaviour.
-  decoupled: bool = False
-  is_level: str = "token"  # token | sequence (geometric mean over the sequence's tokens)
-  is_mode: str = "truncate"  # truncate: w = min(w, cap) | mask: w = 0 where w > cap
-  is_cap: float = 2.0
-  # Overlong responses: none | penalty (DAPO soft length penalty) | mask (truncated ones).
-  overlong: str = "none"
-  overlong_max_len: int = 0  # L_max, in policy (loss-mask) tokens
-  overlong_buffer: int = 0  # L_cache: penalty ramps over the last this-many tokens
-  overlong_penalty: float = 1.0  # penalty at L_max
-  # Scale of negative advantages (1: the estimator's own). Below 1 the update leans on the
-  # successes: with Adam, the large gradients of a failed sample's improbable tokens otherwise
-  # set the step size, and a nearly-solved problem (a sharp warm start) barely moves.
-  negative_advantage_weight: float = 1.0
-  # The sampling temperature every log-prob is scored at (policy, proximal, reference):
-  # logits / temperature, the distribution the engine sampled from (agent.temperature).
-  temperature: float = 1.0
-
-  def __post_init__(self):
-    if not self.temperature > 0.0:
-      raise ValueError(f"LossConfig.temperature must be > 0, got {self.temperature}")
-    choices = {
-      "is_level": ("token", "sequence"),
-      "is_mode": ("truncate", "mask"),
-      "overlong": ("none", "penalty", "mask"),
-    }
-    for field, ok in choices.items():
-      if getattr(self, field) not in ok:
-        raise ValueError(f"LossConfig.{field}: {getattr(self, field)!r} is not one of {ok}")
-    if self.overlong == "penalty" and not 0 < self.overlong_buffer <= self.overlong_max_len:
-      raise ValueError(
-        "LossConfig.overlong='penalty' needs 0 < overlong_buffer <= overlong_max_len, got "
-        f"{self.overlong_buffer} and {self.overlong_max_len}"
-      )
-    if not 0.0 <= self.negative_advantage_weight <= 1.0:
-      raise ValueError(
-        "LossConfig.negative_advantage_weight must be in [0, 1], got "
-        f"{self.negative_advantage_weight}"
-      )
-    if self.dual_clip is not None and self.dual_clip <= 1.0:
-      raise ValueError(f"LossConfig.dual_clip must be > 1 (e.g. 3.0), got {self.dual_clip}")
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimConfig:
-  """optax chain: clip_by_global_norm -> adamw with linear warmup + cosine decay."""
-
-  lr: float = 1e-6
-  warmup_steps: int = 0
-  decay_steps: int = 1000  # total steps of the schedule (warmup included)
-  end_lr_ratio: float = 0.1  # final lr = lr * end_lr_ratio
-  b1: float = 0.9
-  b2: float = 0.999
-  eps: float = 1e-8
-  weight_decay: float = 0.0
-  max_grad_norm: float = 1.0  # 0 disables clipping
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-  """The update step: loss, optimizer, mesh, rule overrides and micro-batching."""
-
-  loss: LossConfig = LossConfig()
-  optim: OptimConfig = OptimConfig()
-  mesh: MeshConfig = MeshConfig()
-  rules: tuple = ()  # overrides of parallel.rules.DEFAULT_RULES, e.g. ("vocab=",)
-  micro_batches: int = 1  # gradient accumulation steps per update (rows split evenly)
-  logit_buckets: int = 4  # LM head only at loss tokens, in <= this many static lengths; 0: all
-  share_prefixes: bool = True  # rows of a group sharing a prompt run it once (rl/layout.py)
-  lora: LoraConfig = LoraConfig()  # rank > 0: train adapters only, the base stays frozen
+from rl.train_config import LossConfig as LossConfig  # re-exported: rl.config names every config
+from rl.train_config import OptimConfig as OptimConfig
+from rl.train_config import TrainConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,13 +208,12 @@ class Experiment:
         "sft.carry_moments: the warm start's AdamW moments are per base weight, LoRA "
         "(train.lora.rank > 0) trains adapters; set sft.carry_moments = False"
       )
-    a, t = self.agent, self.train.loss.temperature
-    if a.greedy or a.temperature != t or a.top_k or a.top_p != 1.0:
+    a = self.agent
+    if not a.temperature > 0.0 or a.greedy or a.top_k or a.top_p != 1.0:
       raise ValueError(
-        f"agent: training rollouts must sample at train.loss.temperature ({t}) without "
-        f"top-k/top-p, got temperature {a.temperature}, top_k {a.top_k}, top_p {a.top_p}, "
-        f"greedy {a.greedy} (the trainer scores logits / temperature); use env.eval_greedy "
-        "for eval"
+        f"agent: training rollouts must sample at a temperature > 0 without top-k/top-p, got "
+        f"temperature {a.temperature}, top_k {a.top_k}, top_p {a.top_p}, greedy {a.greedy} "
+        "(the trainer scores logits / agent.temperature); use env.eval_greedy for eval"
       )
     if self.engine.max_seq_len > self.loop.row_len:
       raise ValueError(
@@ -358,6 +270,36 @@ def from_config(cls, config, path: str = "config"):
     raise ValueError(f"{path}: {e}") from e
 
 
-def to_experiment(config) -> Experiment:
-  """An ml_collections config (configs/*.py) -> Experiment."""
-  return from_config(Experiment, config)
+# Removed fields -> the field that owns their value now. A config or a stored experiment.json
+# that still has one is read when the two agree (the old Experiment.validate made them equal).
+RETIRED = {"train.loss.temperature": "agent.temperature"}
+
+
+def drop_retired(data: dict, path: str = "config") -> dict:
+  """A copy of `data` (an Experiment as nested dicts) without RETIRED fields; one that
+  disagrees with its owner is an error naming both."""
+  data = copy.deepcopy(data)
+  for old, new in RETIRED.items():
+    *parents, leaf = old.split(".")
+    node = _lookup(data, parents, {})
+    if not isinstance(node, dict) or leaf not in node:
+      continue
+    default = functools.reduce(getattr, new.split("."), Experiment())
+    owner = _lookup(data, new.split("."), default)
+    if node.pop(leaf) != owner:
+      raise ValueError(f"{path}.{old}: retired; its value is {new}'s ({owner}): set {new}")
+  return data
+
+
+def _lookup(data: dict, keys: list[str], default):
+  for k in keys:
+    if not isinstance(data, dict) or k not in data:
+      return default
+    data = data[k]
+  return data
+
+
+def to_experiment(config, path: str = "config") -> Experiment:
+  """An ml_collections config (configs/*.py) or a stored experiment.json's dict -> Experiment."""
+  data = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+  return from_config(Experiment, drop_retired(data, path), path)

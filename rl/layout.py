@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from models.config import ModelConfig
-from rl.config import TrainConfig
+from rl.train_config import TrainConfig
 
 MIN_PREFIX = 16  # shorter shared prefixes are not worth a compile
 

@@ -22,8 +22,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rl.config import LossConfig
 from rl.registry import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
+from rl.train_config import LossConfig
 
 _HI = jax.lax.Precision.HIGHEST
 

@@ -25,7 +25,7 @@ from models import lora, transformer
 from models.config import ModelConfig
 from parallel import sharding
 from parallel.rules import merge_rules
-from rl.config import OptimConfig, TrainConfig
+from rl.train_config import OptimConfig, TrainConfig
 
 
 @flax.struct.dataclass

@@ -12,7 +12,8 @@ Batch format (a flat dict of NumPy arrays built by the host loop; rl.packing.pac
                                 like loss_mask (entry t scores tokens[t]). Missing: on-policy
                                 (old = the current policy, no gradient through it).
   rewards_BS, group_ids_BS      per-sequence reward and prompt group (slot s = segment s+1);
-    or advantages_BS            precomputed advantages instead (then no estimator runs)
+    or advantages_BS            final advantages instead, taken as they are (rl.batch builds
+                                them with the same rl.advantages.from_rewards)
   truncated_BS           bool   optional; the response hit the length limit (overlong='mask')
   prox_logprobs_BT       float  optional (decoupled PPO): proximal log-probs from
                                 `compute_logprobs` before several mini-batch updates; missing:
@@ -51,8 +52,8 @@ from parallel import sharding
 from parallel.rules import constrain, merge_rules, use_mesh_rules
 from rl import advantages as adv_lib
 from rl import losses
-from rl.config import LossConfig, TrainConfig
 from rl.layout import Layout, plan
+from rl.train_config import LossConfig, TrainConfig
 from rl.train_state import (
   TrainState,
   lr_schedule,
@@ -155,23 +156,15 @@ def prepare(batch, cfg: LossConfig):
     if "truncated_BS" not in batch:
       raise ValueError("LossConfig.overlong='mask' needs truncated_BS in the batch")
     mask_BT = mask_BT * (1.0 - segs.to_tokens(batch["truncated_BS"].astype(jnp.float32)))
-  if "advantages_BS" in batch:
-    if cfg.overlong == "penalty":
-      raise ValueError(
-        "LossConfig.overlong='penalty' shapes rewards: pass rewards_BS, not advantages_BS"
-      )
+  if "advantages_BS" in batch:  # final (rl.batch ran the same from_rewards on the host)
     adv_BS = jnp.where(valid_BS, batch["advantages_BS"].astype(jnp.float32), 0.0)
     rew_BS = jnp.zeros_like(adv_BS)
   else:
-    rew_BS = batch["rewards_BS"].astype(jnp.float32)
-    if cfg.overlong == "penalty":
-      pen = adv_lib.overlong_penalty(len_BS, cfg.overlong_max_len, cfg.overlong_buffer)
-      rew_BS = rew_BS + cfg.overlong_penalty * pen
     flat = lambda x: x.reshape(-1)
-    adv_N = adv_lib.compute_advantages(
-      cfg.advantage, flat(rew_BS), flat(batch["group_ids_BS"]), flat(valid_BS), cfg.adv_eps
+    rew_N, adv_N = adv_lib.from_rewards(
+      cfg, flat(batch["rewards_BS"]), flat(batch["group_ids_BS"]), flat(valid_BS), flat(len_BS)
     )
-    adv_BS = adv_N.reshape(rew_BS.shape)
+    rew_BS, adv_BS = rew_N.reshape(len_BS.shape), adv_N.reshape(len_BS.shape)
   live_BS = valid_BS & (segs.sum(mask_BT) > 0)
   norm = cfg.norm_length or batch["tokens_BT"].shape[1]
   denoms = losses.Denoms(mask_BT.sum(), live_BS.sum().astype(jnp.float32), jnp.float32(norm))
@@ -194,12 +187,14 @@ def _seq_stats(adv_BS, rew_BS, valid_BS, len_BS):
 
 
 def micro_loss(
-  params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig, layout=Layout()
-):
-  """Loss of one micro-batch (its share of the whole-batch loss) and metric sums."""
+  params, mb, ref_params, denoms, model_cfg: ModelConfig, cfg: LossConfig, layout=Layout(),
+  temperature: float = 1.0,
+):  # fmt: skip
+  """Loss of one micro-batch (its share of the whole-batch loss) and metric sums; every
+  log-prob (policy, reference) is of logits / `temperature`, the rollouts' sampling one."""
   with_ent = cfg.compute_entropy or cfg.entropy_coef != 0.0
   logp_BT, ent_BT, aux_loss = forward_logprobs(
-    params, mb, model_cfg, with_ent, layout, mb["loss_mask_BT"], cfg.temperature
+    params, mb, model_cfg, with_ent, layout, mb["loss_mask_BT"], temperature
   )
   cur_sg = jax.lax.stop_gradient(logp_BT)
   segs = losses.Segments.make(mb["segment_ids_BT"], mb["advantages_BS"].shape[1])
@@ -212,9 +207,7 @@ def micro_loss(
   if cfg.kl != "none":
     ref = mb.get("ref_logprobs_BT")
     inputs["ref_logprobs_BT"] = (
-      ref
-      if ref is not None
-      else compute_logprobs(ref_params, mb, model_cfg, layout, cfg.temperature)
+      ref if ref is not None else compute_logprobs(ref_params, mb, model_cfg, layout, temperature)
     )
   loss, metrics = losses.loss_from_logprobs(logp_BT, ent_BT, inputs, segs, denoms, cfg)
   metrics["sum"]["moe_aux_loss"] = jax.lax.stop_gradient(aux_loss)
@@ -254,8 +247,9 @@ def _identity_like(shapes):
 
 
 def accumulate(
-  params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, layout=Layout(), frozen=None
-):
+  params, ref_params, batch, denoms, model_cfg, cfg: TrainConfig, layout=Layout(), frozen=None,
+  temperature: float = 1.0,
+):  # fmt: skip
   """Sum of gradients, losses and metric sums over the micro-batches (lax.scan when M > 1).
 
   Gradients are of `params` (the adapters under LoRA, applied over the `frozen` base).
@@ -263,7 +257,7 @@ def accumulate(
 
   def loss_of(trainable, mb):
     policy = model_params(trainable, frozen, cfg)
-    return micro_loss(policy, mb, ref_params, denoms, model_cfg, cfg.loss, layout)
+    return micro_loss(policy, mb, ref_params, denoms, model_cfg, cfg.loss, layout, temperature)
 
   grad_fn = jax.value_and_grad(loss_of, has_aux=True)
 
@@ -286,17 +280,21 @@ def accumulate(
 
 
 def compute_grads(
-  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, layout=Layout(), frozen=None
-):
+  params, ref_params, batch, model_cfg: ModelConfig, cfg: TrainConfig, layout=Layout(), frozen=None,
+  temperature: float = 1.0,
+):  # fmt: skip
   """(grads, loss, metrics) of a whole batch, accumulated over cfg.micro_batches.
 
-  layout: the batch's `rl.layout.plan` (or plain); frozen: the LoRA base (TrainState.frozen).
+  layout: the batch's `rl.layout.plan` (or plain); frozen: the LoRA base (TrainState.frozen);
+  temperature: the logits are divided by it (the rollouts' sampling one, agent.temperature).
   """
   mask_BT, adv_BS, denoms, stats = prepare(batch, cfg.loss)
   denoms = denoms._replace(aux_weight=jnp.float32(1.0 / cfg.micro_batches))
   work = {k: v for k, v in batch.items() if k in _PER_TOKEN_INPUTS}
   work.update(loss_mask_BT=mask_BT, advantages_BS=adv_BS)
-  grads, loss, met = accumulate(params, ref_params, work, denoms, model_cfg, cfg, layout, frozen)
+  grads, loss, met = accumulate(
+    params, ref_params, work, denoms, model_cfg, cfg, layout, frozen, temperature
+  )
   n_tok = jnp.maximum(denoms.n_tokens, 1.0)
   metrics = {k: v / n_tok for k, v in met["sum"].items() if k != "moe_aux_loss"}
   metrics["moe_aux_loss"] = met["sum"]["moe_aux_loss"] / cfg.micro_batches
@@ -307,13 +305,15 @@ def compute_grads(
 
 
 def train_step(
-  state: TrainState, batch, layout=Layout(), *, model_cfg: ModelConfig, cfg: TrainConfig, mesh: Mesh
-):
-  """One optimizer update from one batch (format in the module docstring)."""
+  state: TrainState, batch, layout=Layout(), *, model_cfg: ModelConfig, cfg: TrainConfig,
+  mesh: Mesh, temperature: float = 1.0,
+):  # fmt: skip
+  """One optimizer update from one batch (format in the module docstring), its log-probs
+  scored at the rollouts' sampling `temperature`."""
   with use_mesh_rules(mesh, merge_rules(overrides=cfg.rules)):
     ref = reference_params(state, cfg)
     grads, _, metrics = compute_grads(
-      state.params, ref, batch, model_cfg, cfg, layout, frozen=state.frozen
+      state.params, ref, batch, model_cfg, cfg, layout, state.frozen, temperature
     )
     tx = make_optimizer(cfg.optim, trainable_axes(model_cfg, cfg))
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -364,8 +364,12 @@ def make_train_step(
   state_shardings,
   batch_like,
   compiler_options=None,
+  temperature: float = 1.0,
 ) -> PlannedStep:
   """jit(train_step) with in/out shardings and the state donated.
+
+  temperature: the one the rollouts sampled at (agent.temperature, its one owner); 1 for
+  demonstrations.
 
   batch_like: a batch (or a dict of ShapeDtypeStructs) with the keys and shapes every call
   will use; a batch of other keys or shapes compiles again, as does each new `rl.layout`
@@ -379,7 +383,9 @@ def make_train_step(
       f"TrainConfig.micro_batches={cfg.micro_batches} must be >= 1 and divide the "
       f"{batch_like['tokens_BT'].shape[0]} rows of the batch"
     )
-  fn = functools.partial(train_step, model_cfg=model_cfg, cfg=cfg, mesh=mesh)
+  fn = functools.partial(
+    train_step, model_cfg=model_cfg, cfg=cfg, mesh=mesh, temperature=temperature
+  )
   jitted = jax.jit(
     fn,
     in_shardings=(state_shardings, b_sh),
@@ -398,8 +404,10 @@ def make_compute_logprobs(
   param_shardings,
   batch_like,
   loss_only: bool = False,
+  temperature: float = 1.0,
 ):
-  """jit(compute_logprobs) for the proximal or reference forward of a host batch.
+  """jit(compute_logprobs) for the proximal or reference forward of a host batch, scored at
+  the rollouts' sampling `temperature`.
 
   loss_only: log-probs only at loss_mask_BT tokens (0 elsewhere), the LM head run only there
   (as in the update); all a loss ever reads. Shared prompt prefixes run once either way.
@@ -412,7 +420,7 @@ def make_compute_logprobs(
 
   def fn(params, batch, layout):
     with use_mesh_rules(mesh, rules):
-      return compute_logprobs(params, batch, model_cfg, layout, cfg.loss.temperature)
+      return compute_logprobs(params, batch, model_cfg, layout, temperature)
 
   jitted = jax.jit(
     fn,

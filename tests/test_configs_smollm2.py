@@ -63,7 +63,7 @@ def test_two_step_smollm2_config_on_a_tiny_model(tmp_path, capsys):
     assert 0.0 <= rate <= 1.0
     for k in ("episode/generated_tokens", "episode/turns", "train/entropy", "train/mismatch_kl"):
       assert k in r, k
-  assert exp.agent.temperature == exp.train.loss.temperature == 0.7
+  assert exp.agent.temperature == 0.7  # the one owner: rollouts sample at it, the loss scores
   assert any(
     "sft/nll" in r for r in read_metrics(tmp_path, "sft_step")
   )  # the warm start ran on markdown-bash demos

@@ -125,3 +125,17 @@ def test_no_circle_among_module_level_imports():
     if m not in state:
       visit(m, [m])
   assert not cycles, "\n".join(cycles)
+
+
+def test_pure_core_loads_no_engine_and_no_envs():
+  """The algorithm's pure modules (and the configs they read) load only JAX libraries, the
+  policy in models/ and parallel/: no envs module, no engine, no checkpoint I/O, no runtime."""
+  pure = ("rl.losses", "rl.train_step", "rl.advantages", "rl.batch")
+  code = f"import sys, {', '.join(pure)}; print('\\n'.join(sorted(sys.modules)))"
+  r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+  assert r.returncode == 0, r.stderr[-2000:]
+  loaded = [m for m in r.stdout.split() if _ours(m)]
+  banned = ("envs", "launch", "rl.runtime", "models.inference", "models.io")
+  bad = [m for m in loaded if any(m == b or m.startswith(b + ".") for b in banned)]
+  assert not bad, f"{', '.join(pure)} load {bad}"
+  assert "rl.config" not in loaded and "ml_collections" not in r.stdout.split()

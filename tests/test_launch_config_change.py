@@ -2,6 +2,7 @@
 a model-shape change refused even then, in one line, the workdir unchanged."""
 
 import dataclasses
+import json
 import pathlib
 import subprocess
 import sys
@@ -70,3 +71,14 @@ def test_a_refused_resume_is_one_line_and_changes_nothing(tmp_path):
   changed = [f for f in files if after.get(f) != files[f] and f.name != "log.txt"]
   assert changed == [], changed
   assert f"error: {want}" in (wd / "log.txt").read_text()
+
+
+def test_a_record_with_a_retired_field_resumes(tmp_path):
+  """An experiment.json written while train.loss.temperature existed (equal to
+  agent.temperature, as the config check then required) resumes without a change."""
+  exp = Experiment()
+  old = dataclasses.asdict(exp)
+  old["train"]["loss"]["temperature"] = exp.agent.temperature
+  (tmp_path / "experiment.json").write_text(json.dumps(old))
+  record_experiment(tmp_path, exp, True, False, print)  # no ConfigChanged
+  assert config_diff(old, exp) == {}

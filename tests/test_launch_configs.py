@@ -9,6 +9,7 @@ import ml_collections
 import pytest
 
 from launch import sweep
+from models.sampling import SamplingParams
 from rl.config import Experiment, LossConfig, from_config, to_experiment
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -55,18 +56,27 @@ def test_bad_config_errors_name_the_field():
     to_experiment(c)
 
 
-def test_rollout_temperature_must_be_the_one_the_trainer_scores():
+def test_agent_temperature_is_the_one_setting():
+  """The loss has no temperature of its own (agent.temperature owns it, rl.train_step gets it
+  from the host); rollouts a loss cannot score are refused; the retired field reads only when
+  it agrees with its owner (experiment.json files written before it was retired)."""
   c = _config_module("toy").get_config()
   c.agent.temperature = 0.7
-  with pytest.raises(ValueError, match=r"train.loss.temperature \(1.0\).*got temperature 0.7"):
-    to_experiment(c).validate()
-  c.train.loss.temperature = 0.7
-  to_experiment(c).validate()
-  c.agent.top_k = 20
-  with pytest.raises(ValueError, match="top_k 20"):
-    to_experiment(c).validate()
-  with pytest.raises(ValueError, match="LossConfig.temperature must be > 0"):
-    LossConfig(temperature=0.0)
+  exp = to_experiment(c)
+  exp.validate()  # one setting: nothing on the loss side to keep equal
+  assert exp.agent.sampling(seed=3) == SamplingParams(temperature=0.7, seed=3)
+  assert "temperature" not in {f.name for f in dataclasses.fields(LossConfig)}
+  for field, bad, words in (("top_k", 20, "top_k 20"), ("temperature", 0.0, "temperature 0.0")):
+    bad_c = _config_module("toy").get_config()
+    setattr(bad_c.agent, field, bad)
+    with pytest.raises(ValueError, match=words):
+      to_experiment(bad_c).validate()
+  stored = dataclasses.asdict(exp)
+  stored["train"]["loss"]["temperature"] = 0.7
+  assert to_experiment(stored, "experiment.json") == exp
+  stored["train"]["loss"]["temperature"] = 1.0
+  with pytest.raises(ValueError, match=r"experiment.json.train.loss.temperature: retired.*0.7"):
+    to_experiment(stored, "experiment.json")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -65,9 +65,9 @@ def _engine(params):
 
 
 def test_tempered_sampling_engine_and_update_step_agree():
-  """agent.temperature = train.loss.temperature = 0.7: the engine samples from softmax(z / 0.7)
-  and the update scores logits / 0.7, so behaviour and trainer log-probs agree in fp32; the
-  same tokens scored at temperature 1 do not (the check can fail)."""
+  """The engine samples from softmax(z / 0.7) and a step made with temperature=0.7 scores
+  logits / 0.7, so behaviour and trainer log-probs agree in fp32; the same tokens scored at
+  temperature 1 do not (the check can fail)."""
   mesh = single_device_mesh()
   params = transformer.init(CFG, jax.random.key(2))
   trajs = []
@@ -79,9 +79,10 @@ def test_tempered_sampling_engine_and_update_step_agree():
     )  # fmt: skip
   batch, _ = pack(trajs, 32, max_segments=2, row_multiple=4)
   for temp, close in ((0.7, True), (1.0, False)):
-    cfg = TrainConfig(loss=LossConfig(kl="none", temperature=temp), optim=OptimConfig(lr=0.0))
+    cfg = TrainConfig(loss=LossConfig(kl="none"), optim=OptimConfig(lr=0.0))
     state, shardings = create_train_state(CFG, cfg, mesh, jax.random.key(0), params=params)
-    _, m = make_train_step(CFG, cfg, mesh, shardings, batch, compiler_options=FAST)(state, batch)
+    step = make_train_step(CFG, cfg, mesh, shardings, batch, FAST, temperature=temp)
+    _, m = step(state, batch)
     assert (float(m["mismatch_max"]) <= 1e-5) == close, (temp, float(m["mismatch_max"]))
 
 

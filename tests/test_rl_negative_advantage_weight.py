@@ -6,6 +6,7 @@ import pytest
 from rl.batch import build_batch
 from rl.config import LoopConfig, LossConfig
 from rl.runtime.records import Group
+from rl.train_step import prepare
 
 
 def _row(s, reward, n_gen):
@@ -31,6 +32,28 @@ def test_negative_advantages_are_scaled_by_hand():
       zip(batch["loss_mask_BT"].sum(1).tolist(), batch["advantages_BS"][:, 0].tolist(), strict=True)
     )
     np.testing.assert_allclose([got[k] for k in (2, 3, 4, 5)], want, rtol=1e-5)
+
+
+def test_host_and_device_paths_give_the_same_advantages():
+  """Advantages built on the host (rl.batch: advantages_BS) and in the step (a batch carrying
+  rewards_BS): one function, so the same loss config trains the same way by either path."""
+  rewards = {2: 1.0, 3: 0.0, 4: 0.5, 5: 0.0}  # by generated length (distinct: row identity)
+  g = Group(0, "t", [_row(s, r, n) for s, (n, r) in enumerate(rewards.items())])
+  for cfg in (
+    LossConfig(advantage="grpo", negative_advantage_weight=0.1),
+    LossConfig(advantage="rloo", negative_advantage_weight=0.3, overlong="penalty",
+               overlong_max_len=4, overlong_buffer=2),
+  ):  # fmt: skip
+    host, _ = build_batch([g], cfg, 16, 1, 1, 0)
+    device = {k: v for k, v in host.items() if k != "advantages_BS"}
+    len_B = host["loss_mask_BT"].sum(1).astype(int)
+    device["rewards_BS"] = np.array([[rewards[n]] for n in len_B], np.float32)
+    device["group_ids_BS"] = np.zeros((len(len_B), 1), np.int32)
+    _, adv_BS, _, _ = prepare(device, cfg)
+    assert (host["advantages_BS"] < 0).any()  # the weight has something to scale
+    np.testing.assert_allclose(np.asarray(adv_BS), host["advantages_BS"], rtol=1e-6, atol=1e-7)
+    _, as_given_BS, _, _ = prepare(host, cfg)  # the loop's batch: advantages taken as they are
+    np.testing.assert_array_equal(np.asarray(as_given_BS), host["advantages_BS"])
 
 
 def test_weight_outside_0_1_is_rejected():

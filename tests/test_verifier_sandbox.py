@@ -10,6 +10,9 @@ from envs.agents.scripted import NullAgent, OracleAgent, ScriptedAgent
 from envs.formats.loading import load_any
 from envs.grading.quality import GateConfig, gate_task
 from envs.grading.verifier import Verifier, VerifierConfig, check_milestones
+from envs.sandbox import image as image_lib
+from envs.sandbox.bwrap_host import run_setup_script
+from envs.sandbox.testing import backend, sandbox_image  # noqa: F401 (fixtures)
 from envs.task import load_task
 from envs.task_env import TaskSetupError, open_task_sandbox
 
@@ -64,6 +67,21 @@ def test_after_and_fresh_modes(tmp_path):
   for mode in ("after", "fresh"):
     assert run_and_grade(task, OracleAgent(), VerifierConfig(mode=mode), snapshot=True).passed
     assert not run_and_grade(task, NullAgent(), VerifierConfig(mode=mode), snapshot=True).passed
+
+
+def test_fresh_grading_runs_in_the_task_image(tmp_path, backend):  # noqa: F811
+  """With an image set (env.image), the fresh environment is a copy of that image, not of
+  the default one: the hidden test finds the file only the task's image holds."""
+  marker = "echo layer-test > /etc/agentrl-layer-test"  # test_sandbox_image's layer: cached
+  image = image_lib.with_setup(image_lib.resolve("default"), marker, run_setup_script)
+  check = "def test_image():\n  assert pathlib.Path('/etc/agentrl-layer-test').is_file()\n"
+  task = make_task(tmp_path / "t", {"test_image.py": check})
+  cfg = VerifierConfig(mode="fresh", fresh_reuse_pristine=False)
+  with open_task_sandbox(task, backend, image=image.id) as ts:
+    OracleAgent().run(ts.sandbox, task)
+    res = Verifier(cfg).grade(ts)
+  assert res.passed and res.failure_mode == "none", (res.detail, res.log[-800:])
+  assert ts.spec.image == image.id
 
 
 def test_skips_fail_fraction_reward_and_subscores(tmp_path):

@@ -83,6 +83,10 @@ class AgentConfig:
       if getattr(self, f) <= 0:
         raise ValueError(f"AgentConfig.{f} must be > 0, got {getattr(self, f)}")
 
+  def sampling(self, seed: int = 0) -> SamplingParams:
+    """How the engine samples this agent's turns; the RL loss scores at this temperature."""
+    return SamplingParams(self.temperature, self.top_k, self.top_p, self.greedy, seed=seed)
+
 
 def make_format(protocol: str, tokenizer, system_prompt: str | None = None):
   """The format object of `protocol`; system_prompt None: the protocol's own default.
@@ -247,13 +251,7 @@ class _Runner:
     req = GenerationRequest(
       prompt_tokens=list(ctx),
       max_new_tokens=budget,
-      sampling=SamplingParams(
-        cfg.temperature,
-        cfg.top_k,
-        cfg.top_p,
-        cfg.greedy,
-        seed=(self.seed * 1000003 + turn) & 0x7FFFFFFF,
-      ),
+      sampling=cfg.sampling(seed=(self.seed * 1000003 + turn) & 0x7FFFFFFF),
       stop_token_ids=self.fmt.stop_ids,
       stop_strings=tuple(self.fmt.stop_strings),
       session_id=self.session_id,

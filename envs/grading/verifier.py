@@ -53,7 +53,6 @@ from envs.task_env import (
   kill_strays,
   manifest_cmd,
   neutralize_login,
-  open_task_sandbox,
   put_files,
 )
 
@@ -150,7 +149,7 @@ class Verifier:
         box, owner = ts.sandbox, ts
         box.restore(ts.pristine)
       else:
-        owner = open_task_sandbox(task, ts.backend, network=ts.sandbox.spec.network)
+        owner = ts.reopen()  # the task's own image and limits
         box = owner.sandbox
       box.exec(f"find {wd} -mindepth 1 -delete", timeout_s=60)
       box.upload(f"{tmp}/ws", task.workdir)

@@ -27,11 +27,11 @@ class CheckpointError(ValueError):
 
 
 def _experiment(workdir: pathlib.Path):
-  from rl.config import Experiment, from_config
+  from rl.config import to_experiment
 
   file = workdir / "experiment.json"
   try:
-    return from_config(Experiment, json.loads(file.read_text()), str(file))
+    return to_experiment(json.loads(file.read_text()), str(file))
   except (OSError, json.JSONDecodeError) as e:
     raise CheckpointError(f"{file}: cannot read the run's experiment ({e})") from None
 

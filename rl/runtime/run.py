@@ -27,7 +27,7 @@ import jax
 import numpy as np
 
 from parallel.mesh import make_mesh
-from rl.config import Experiment
+from rl.config import Experiment, drop_retired
 from rl.runtime import multihost
 from rl.runtime.buffer import StalenessBuffer
 from rl.runtime.checkpoint import Checkpointer
@@ -143,9 +143,10 @@ def flat_config(d: dict, prefix: str = "") -> dict:
 
 
 def config_diff(stored: dict, exp: Experiment) -> dict[str, tuple]:
-  """{field: (stored value, new value)} between a stored experiment.json and `exp`."""
+  """{field: (stored value, new value)} between a stored experiment.json and `exp` (fields
+  retired since it was written, rl.config.RETIRED, compared through their owners)."""
   new = flat_config(json.loads(json.dumps(dataclasses.asdict(exp), default=str)))
-  old = flat_config(stored)
+  old = flat_config(drop_retired(stored, "experiment.json"))
   return {
     k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
   }
@@ -338,6 +339,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
       evaluate=eval_fn if exp.env.eval_tasks else None,
       on_batch=tasks.observe_batch,
       pad_id=tok.pad_id,
+      temperature=exp.agent.temperature,  # one owner: the rollouts sample at it, the loss scores
     )
     history = trainer.run()
     extra = comm.finish(trainer.state)  # multi-process: stops the others, compares replicas
@@ -384,7 +386,9 @@ def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
       demos, pad_id = _shared_demos(comm, None, None)
       sft = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
-    make_step = functools.partial(make_train_step, model_cfg, exp.train, mesh, shardings)
+    make_step = functools.partial(
+      make_train_step, model_cfg, exp.train, mesh, shardings, temperature=exp.agent.temperature
+    )
     state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train)
   finally:
     ckpt.close()

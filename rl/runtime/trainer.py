@@ -114,8 +114,10 @@ class Trainer:
     evaluate=None,
     on_batch=None,
     pad_id: int = 0,
+    temperature: float = 1.0,  # the rollouts' (agent.temperature): the step scores at it
   ):
     self.cfg, self.train_cfg, self.model_cfg, self.mesh = cfg, train_cfg, model_cfg, mesh
+    self.temperature = temperature
     self.state, self.state_shardings = state, state_shardings
     self.generator, self.rollouts, self.buffer = generator, rollouts, buffer
     self.store, self.ckpt, self.tel = store, checkpointer, telemetry
@@ -190,8 +192,9 @@ class Trainer:
     """The jitted update step, built for the first batch's shardings."""
     if self._step_fn is None:
       self._step_fn = make_train_step(
-        self.model_cfg, self.train_cfg, self.mesh, self.state_shardings, batch
-      )
+        self.model_cfg, self.train_cfg, self.mesh, self.state_shardings, batch,
+        temperature=self.temperature,
+      )  # fmt: skip
     return self._step_fn
 
   def train_batch(self, batch: dict) -> dict:

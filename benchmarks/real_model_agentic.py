@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import inspect
 import json
 import os
 import pathlib
@@ -102,7 +103,10 @@ def update(m, cfg, tcfg, mesh, state, shardings, groups, args, tok):
   """Reference forward + jitted update + their compile times on this step's batch."""
   loss = tcfg.loss
   mult = m.batch.row_multiple(mesh, tcfg.micro_batches)
-  batch, n_seq = m.batch.build_batch(groups, loss, args.row_len, 1, mult, tok.pad_id)
+  extra = {}  # as each revision's trainer calls it
+  if "micro_batches" in inspect.signature(m.batch.build_batch).parameters:
+    extra["micro_batches"] = tcfg.micro_batches
+  batch, n_seq = m.batch.build_batch(groups, loss, args.row_len, 1, mult, tok.pad_id, **extra)
   ref_fn = m.train_step.make_compute_logprobs(
     cfg, tcfg, mesh, shardings.params, batch, loss_only=True
   )

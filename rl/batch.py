@@ -107,17 +107,16 @@ def group_order(index_BS: np.ndarray, micro_batches: int) -> np.ndarray:
 
 
 def trim_columns(batch: dict, loss_cfg: LossConfig) -> dict:
-  """`batch` cut to the shortest of T, T/2, T/4, T/8 (multiples of 8) that holds every
-  token: the update's work follows the episodes' lengths, not row_len, in few static shapes.
-  Kept whole when the loss is normalised by the row length (seq-mean-token-sum-norm with
-  norm_length 0)."""
+  """`batch` cut to the used columns, rounded up to a multiple of ceil(T / 8) (a multiple of
+  8): the update's work follows the episodes' lengths, not row_len, in at most 8 static
+  shapes. Kept whole when the loss is normalised by the row length (seq-mean-token-sum-norm
+  with norm_length 0)."""
   if loss_cfg.aggregation == "seq-mean-token-sum-norm" and not loss_cfg.norm_length:
     return batch
   T = batch["tokens_BT"].shape[1]
-  used = int(np.nonzero((batch["segment_ids_BT"] > 0).any(0))[0].max(initial=-1)) + 1
-  n = T
-  while n % 16 == 0 and n // 2 >= used and n * 8 > T:
-    n //= 2
+  used = int(np.nonzero((batch["segment_ids_BT"] > 0).any(0))[0].max(initial=0)) + 1
+  unit = 8 * math.ceil(T / 8 / 8)
+  n = min(T, unit * math.ceil(used / unit))
   return {k: v[:, :n] if k.endswith("_BT") else v for k, v in batch.items()}
 
 

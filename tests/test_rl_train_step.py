@@ -326,12 +326,12 @@ def _multi_turn_groups(groups=4, group=4, prompt=20, seed=11):
 
 def test_multi_turn_rows_share_their_prompt_in_trimmed_rows(params):
   """build_batch orders a group's multi-turn rows side by side in each micro-batch and trims
-  the row length: the planned layout runs each prompt once, on 64 of 128 columns, and equals
+  the row length: the planned layout runs each prompt once, on 48 of 128 columns, and equals
   the plain layout on the untrimmed rows."""
   groups, micro = _multi_turn_groups(), 2
   batch, n = build_batch(groups, RICH, 128, 1, micro, 0, micro)
   plain, _ = build_batch(groups, RICH, 128, 1, micro, 0, trim=False)
-  assert n == 16 and batch["tokens_BT"].shape == (16, 64) and plain["tokens_BT"].shape[1] == 128
+  assert n == 16 and batch["tokens_BT"].shape == (16, 48) and plain["tokens_BT"].shape[1] == 128
   layout = plan(batch, TrainConfig(micro_batches=micro), DENSE, block_rows=8)
   assert layout.group == 4 and layout.prefix == 16
   ref = jax.tree.map(lambda x: x * 0.9, params)

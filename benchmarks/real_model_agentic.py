@@ -118,9 +118,9 @@ def update(m, cfg, tcfg, mesh, state, shardings, groups, args, tok):
   compiled = step.lower(state, batch).compile()  # this batch's layout, ahead of the call
   upd_compile = time.perf_counter() - t
   (state, met), upd_s = timed(compiled, state, batch)
-  rows = int(batch["tokens_BT"].shape[0])
+  rows, cols = (int(x) for x in batch["tokens_BT"].shape)
   info = dict(
-    reference_first_s=ref_first, update_compile_s=upd_compile, batch_rows=rows,
+    reference_first_s=ref_first, update_compile_s=upd_compile, batch_rows=rows, batch_cols=cols,
     sequences=n_seq, loss=float(met["loss"]),
     layout=str(m.layout.plan(batch, tcfg, cfg, rows // tcfg.micro_batches)),
   )  # fmt: skip

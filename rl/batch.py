@@ -75,10 +75,48 @@ def group_advantages(groups, loss_cfg: LossConfig = LossConfig()) -> list[list[f
   return [a.tolist() for a in per_group]
 
 
+def group_order(index_BS: np.ndarray, micro_batches: int) -> np.ndarray:
+  """Row permutation putting rows in sequence order (a group's samples side by side) in
+  micro-batch order (micro-batch m holds rows m, m+M, ...), where rl.layout looks for groups
+  of rows sharing a prompt. Empty rows (index -1) go last."""
+  B = len(index_BS)
+  first = np.where(index_BS[:, 0] >= 0, index_BS[:, 0], np.iinfo(np.int64).max)
+  seq = np.argsort(first, kind="stable")  # j-th row in micro-batch order
+  j = np.arange(B)
+  out = np.empty(B, np.int64)
+  out[(j % (B // micro_batches)) * micro_batches + j // (B // micro_batches)] = seq
+  return out
+
+
+def trim_columns(batch: dict, loss_cfg: LossConfig) -> dict:
+  """`batch` cut to the used columns, rounded up to a multiple of ceil(T / 8) (a multiple of
+  8): the update's work follows the episodes' lengths, not row_len, in at most 8 static
+  shapes. Kept whole when the loss is normalised by the row length (seq-mean-token-sum-norm
+  with norm_length 0)."""
+  if loss_cfg.aggregation == "seq-mean-token-sum-norm" and not loss_cfg.norm_length:
+    return batch
+  T = batch["tokens_BT"].shape[1]
+  used = int(np.nonzero((batch["segment_ids_BT"] > 0).any(0))[0].max(initial=0)) + 1
+  unit = 8 * math.ceil(T / 8 / 8)
+  n = min(T, unit * math.ceil(used / unit))
+  return {k: v[:, :n] if k.endswith("_BT") else v for k, v in batch.items()}
+
+
 def build_batch(
-  groups, loss_cfg: LossConfig, row_len: int, max_segments: int, row_multiple: int, pad_id: int
+  groups,
+  loss_cfg: LossConfig,
+  row_len: int,
+  max_segments: int,
+  row_multiple: int,
+  pad_id: int,
+  micro_batches: int = 1,
+  *,
+  trim: bool = True,
 ) -> tuple[dict, int]:
-  """Groups -> a packed train batch (rl.train_step format); returns (batch, sequences)."""
+  """Groups -> a packed train batch (rl.train_step format); returns (batch, sequences).
+
+  Rows are ordered so a group's samples sit side by side in each micro-batch (their shared
+  prompt runs once, rl.layout) and trimmed to the used columns (`trim_columns`)."""  # fmt: skip
   seqs = []
   for g, adv_G in zip(groups, group_advantages(groups, loss_cfg), strict=True):
     for row, adv in zip(g.rows, adv_G, strict=True):
@@ -89,8 +127,13 @@ def build_batch(
             f"{row['trajectory_id']}: {len(seg['tokens'])} tokens > loop.row_len {row_len}"
           )
         seqs.append({**seg, "advantage": adv, "truncated": truncated})
-  batch, _ = packing.pack(seqs, row_len, max_segments, row_multiple, pad_id)
-  return pad_rows(batch, row_multiple), len(seqs)
+  batch, index_BS = packing.pack(seqs, row_len, max_segments, row_multiple, pad_id)
+  batch = pad_rows(batch, row_multiple)
+  rows = len(batch["tokens_BT"])
+  index_BS = np.concatenate([index_BS, np.full((rows - len(index_BS), index_BS.shape[1]), -1)])
+  perm = group_order(index_BS, micro_batches)
+  batch = {k: v[perm] for k, v in batch.items()}
+  return (trim_columns(batch, loss_cfg) if trim else batch), len(seqs)
 
 
 def sft_batch(seqs: list[dict], row_len: int, max_segments: int, row_multiple: int, pad_id: int):

@@ -166,6 +166,9 @@ class EngineConfig:
   # requests finish on the old weights and re-prefills a session's context under the new ones
   # (every token's behaviour log-prob is its tagged version's); "keep": swap at once, keep K/V.
   kv_on_swap: str = "reprefill"
+  # Share full pages of prompt (the system prompt and few-shot block every episode starts with)
+  # across requests by content; the cache is keyed by weight version, a swap drops it.
+  prefix_caching: bool = True
   # Precision tier of the engine (the trainer stays on the model config's): compute dtype
   # ("" = the model's, or "bfloat16"), weights ("float32" or "int8": W8A8) and KV cache
   # ("float32", "bfloat16" or "int8"). train/mismatch_* measures what a tier costs.

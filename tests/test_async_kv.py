@@ -92,7 +92,29 @@ def test_keep_reuses_old_kv_and_its_logprobs_are_no_versions(engine):
     assert err.max() > 1e-2  # mismatch: the behaviour log-prob is not pi_1's
 
 
+def test_prefix_cache_is_keyed_by_weights_no_stale_page_after_a_swap(engine):
+  """RL's shared system prompt: cached within a weight version, never across a swap."""
+  rng = np.random.default_rng(3)
+  system = [int(x) for x in rng.integers(0, CFG.vocab_size, 24)]  # 3 full pages of 8
+  prompts = [system + [int(x) for x in rng.integers(0, CFG.vocab_size, 5)] for _ in range(4)]
+  with ExactSwap(Generator(engine, decode_chunk=2, warmup=False, prefix_caching=True)) as gen:
+    got = []
+    for i, prompt in enumerate(prompts):
+      if i == 2:
+        gen.load_params(P[1], 1)
+      req = GenerationRequest(prompt, 6, SamplingParams(seed=i), session_id=f"ep{i}")
+      got.append(gen.submit(req).result(timeout=600))
+    assert [r.cached_prefix_len for r in got] == [0, 24, 0, 24]  # the swap dropped v0's pages
+    assert [set(r.versions) for r in got] == [{0}, {0}, {1}, {1}]
+    for prompt, res in zip(prompts, got, strict=True):
+      np.testing.assert_allclose(res.logprobs, _recomputed(prompt, res), atol=1e-5, rtol=0)
+    for i in range(4):
+      gen.release_session(f"ep{i}")
+    assert gen.pool.num_used == 0 and gen.pool.num_cached == 3  # only v1's blocks are cached
+
+
 def test_engine_config_picks_the_policy():
   assert EngineConfig().kv_on_swap == "reprefill"  # the default keeps log-probs exact
+  assert EngineConfig().prefix_caching  # RL shares the system prompt's pages (keyed by weights)
   with pytest.raises(ValueError, match="kv_on_swap must be 'reprefill' or 'keep'"):
     EngineConfig(kv_on_swap="drop")

@@ -89,6 +89,23 @@ def test_prefix_cache_shares_full_blocks_and_evicts_lru():
   assert pool.num_cached == 0 and pool.lookup_prefix([1, 2]) == []
 
 
+def test_prefix_cache_forgets_older_weights_blocks():
+  pool = kvc.PagePool(6, 2, prefix_caching=True)
+  held, idle = pool.alloc(2), pool.alloc(2)
+  pool.register_prefix([1, 2, 3, 4], held)
+  pool.register_prefix([5, 6, 7, 8], idle)
+  pool.release(idle)  # evictable cached pages
+  assert pool.num_cached == 4 and pool.lookup_prefix([5, 6, 7, 8]) == idle
+  pool.release(idle)
+  pool.new_weights()
+  assert pool.num_cached == 0 and pool.lookup_prefix([1, 2, 3, 4]) == []
+  assert pool.lookup_prefix([5, 6, 7, 8]) == [] and len(pool._free) == 3  # idle pages freed
+  pool.register_prefix([1, 2, 3, 4], held)  # the new weights' blocks are cached again
+  assert pool.lookup_prefix([1, 2, 3, 4]) == held
+  pool.release(held + held)
+  assert pool.num_used == 0 and pool.num_available == 5
+
+
 @pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "int8"])
 def test_gather_equals_direct_indexing_with_shared_pages(kv_dtype):
   """The row gather over the [L*P, ...] view reads what pages[layer, table] holds, bit for bit,

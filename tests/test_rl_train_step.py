@@ -20,8 +20,10 @@ from train_step_setup import (
 from models import transformer
 from models.config import tiny
 from parallel.mesh import MeshConfig, make_mesh, single_device_mesh
+from rl.batch import build_batch
 from rl.config import LossConfig, OptimConfig, TrainConfig
 from rl.layout import Layout, logit_count, plan, shared_prefix
+from rl.runtime.records import Group
 from rl.train_state import create_train_state
 from rl.train_step import compute_grads, make_compute_logprobs, make_train_step, target_mask
 
@@ -297,6 +299,44 @@ def test_shared_prefix_grads_equal_plain_with_micro_batches(params):
   g0, l0, m0 = _planned_grads_fn(cfg, 2, Layout())(params, ref, batch)
   g1, l1, m1 = _planned_grads_fn(cfg, 2, Layout(16, 2, 16))(params, ref, batch)
   assert float(m0["kl"]) > 0 and float(m0["entropy"]) > 0
+  np.testing.assert_allclose(float(l1), float(l0), rtol=1e-5)
+  assert_trees_close(m1, m0, rtol=1e-5, atol=1e-6)
+  assert_trees_close(g1, g0, rtol=1e-4, atol=1e-7)
+
+
+def _multi_turn_groups(groups=4, group=4, prompt=20, seed=11):
+  """Store rows of 2-turn episodes: a prompt per group, then action, observation (no loss),
+  action, of lengths that vary (packing sorts rows by length: groups end up scattered)."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for g in range(groups):
+    head, rows = [int(x) for x in rng.integers(1, 64, prompt)], []
+    for s in range(group):
+      a, o, b = (int(rng.integers(lo, hi)) for lo, hi in ((2, 9), (3, 7), (2, 7)))
+      toks = head + [int(x) for x in rng.integers(1, 64, a + o + b)]
+      mask = [0] * prompt + [1] * a + [0] * o + [1] * b
+      rows.append(dict(
+        trajectory_id=f"g{g}-s{s}", reward=float(rng.integers(0, 2)), tokens=toks,
+        loss_mask=mask, logprobs=list(-rng.random(len(toks))), segment_lengths=[len(toks)],
+        finish_reason="finish",
+      ))  # fmt: skip
+    out.append(Group(g, f"t{g}", rows))
+  return out
+
+
+def test_multi_turn_rows_share_their_prompt_in_trimmed_rows(params):
+  """build_batch orders a group's multi-turn rows side by side in each micro-batch and trims
+  the row length: the planned layout runs each prompt once, on 48 of 128 columns, and equals
+  the plain layout on the untrimmed rows."""
+  groups, micro = _multi_turn_groups(), 2
+  batch, n = build_batch(groups, RICH, 128, 1, micro, 0, micro)
+  plain, _ = build_batch(groups, RICH, 128, 1, micro, 0, trim=False)
+  assert n == 16 and batch["tokens_BT"].shape == (16, 48) and plain["tokens_BT"].shape[1] == 128
+  layout = plan(batch, TrainConfig(micro_batches=micro), DENSE, block_rows=8)
+  assert layout.group == 4 and layout.prefix == 16
+  ref = jax.tree.map(lambda x: x * 0.9, params)
+  g0, l0, m0 = _planned_grads_fn(RICH, micro, Layout())(params, ref, plain)
+  g1, l1, m1 = _planned_grads_fn(RICH, micro, layout)(params, ref, batch)
   np.testing.assert_allclose(float(l1), float(l0), rtol=1e-5)
   assert_trees_close(m1, m0, rtol=1e-5, atol=1e-6)
   assert_trees_close(g1, g0, rtol=1e-4, atol=1e-7)

@@ -112,6 +112,7 @@ class Generator(Admission):
     """Hot swap: the next dispatch uses the new weights (no recompilation)."""
     with self._lock:
       self.engine.load_params(params, version)
+      self.pool.new_weights()  # the prefix cache's pages hold the old weights' K/V
 
   def stats(self) -> dict:
     with self._lock:

@@ -127,9 +127,10 @@ class OutOfPages(RuntimeError):
   """The pool cannot supply the pages asked for."""
 
 
-def block_keys(tokens, page_size: int) -> list[tuple[int, int, tuple]]:
-  """(key, parent key, block tokens) of each full block: a hash chain over the blocks."""
-  parent, out = 0, []
+def block_keys(tokens, page_size: int, root: int = 0) -> list[tuple[int, int, tuple]]:
+  """(key, parent key, block tokens) of each full block: a hash chain over the blocks, from
+  `root` (the prefix cache's weight epoch: K/V written by other weights never matches)."""
+  parent, out = root, []
   for i in range(len(tokens) // page_size):
     block = tuple(tokens[i * page_size : (i + 1) * page_size])
     key = hash((parent, block))
@@ -138,11 +139,11 @@ def block_keys(tokens, page_size: int) -> list[tuple[int, int, tuple]]:
   return out
 
 
-def matched_pages(tokens, page_size: int, find) -> list[int]:
+def matched_pages(tokens, page_size: int, find, root: int = 0) -> list[int]:
   """Pages of the longest leading run of full blocks of tokens that `find(key, parent, block)`
   returns a page for (None ends the run)."""
   pages = []
-  for key, parent, block in block_keys(tokens, page_size):
+  for key, parent, block in block_keys(tokens, page_size, root):
     page = find(key, parent, block)
     if page is None:
       break
@@ -157,6 +158,9 @@ class PagePool:
   (vLLM-style automatic prefix caching, keyed by a hash chain over token blocks and verified
   token-exactly). A page whose count drops to zero returns to the free list, or, if it holds a
   cached prefix block, to an LRU of evictable pages that `alloc` reclaims last.
+  Cached blocks are keyed by the weights that wrote them: `new_weights()` (every weight swap)
+  starts a new epoch, the hash chain's root, and drops the older epochs' blocks, so no K/V of
+  older weights is ever shared again (RL turns the cache on across weight syncs).
   Plain Python (no device work); not thread-safe on its own: the Generator owns one under a lock.
   """
 
@@ -170,6 +174,7 @@ class PagePool:
     self._block_of_page: dict[int, tuple] = {}  # page -> (key, parent_key, block tokens)
     self._page_of_key: dict[int, int] = {}
     self.reserved = 0
+    self.epoch = 0  # weight epoch: the root of every block key
 
   # -- accounting -------------------------------------------------------------------------
   @property
@@ -246,15 +251,31 @@ class PagePool:
     """Pages holding the longest cached run of full blocks of tokens; retains them."""
     if not self.prefix_caching:
       return []
-    pages = matched_pages(tokens, self.page_size, self._cached)
+    pages = matched_pages(tokens, self.page_size, self._cached, self.root)
     self.retain(pages)
     return pages
+
+  @property
+  def root(self) -> int:
+    """The hash chain's root for this weight epoch."""
+    return hash(("weights", self.epoch))
+
+  def new_weights(self) -> None:
+    """Forgets every cached block: pages already written hold the old weights' K/V. Pages in
+    use stay with their holders (uncached, freed on release); evictable ones become free."""
+    self.epoch += 1
+    for page in list(self._block_of_page):
+      self._uncache(page)
+      if page in self._evictable:  # nobody holds it: free now
+        del self._evictable[page]
+        self._free.append(page)
 
   def register_prefix(self, tokens, pages) -> None:
     """Records that pages[i] holds block i of tokens (only full blocks are shared)."""
     if not self.prefix_caching:
       return
-    for (key, parent, block), page in zip(block_keys(tokens, self.page_size), pages, strict=False):
+    keys = block_keys(tokens, self.page_size, self.root)
+    for (key, parent, block), page in zip(keys, pages, strict=False):
       if key in self._page_of_key or page in self._block_of_page:
         continue
       self._page_of_key[key] = page

@@ -47,7 +47,8 @@ def generator(model_cfg, params, tokenizer, cfg: EngineConfig, version: int = 0)
   from models.inference.generator import Generator
   from rl.runtime.weight_sync import ExactSwap
 
-  gen = Generator(make_engine(model_cfg, params, cfg, version), tokenizer=tokenizer)
+  engine = make_engine(model_cfg, params, cfg, version)
+  gen = Generator(engine, tokenizer=tokenizer, prefix_caching=cfg.prefix_caching)
   return ExactSwap(gen) if cfg.kv_on_swap == "reprefill" else gen
 
 

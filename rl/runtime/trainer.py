@@ -227,6 +227,7 @@ class Trainer:
       self.cfg.max_segments,
       self.row_multiple,
       self.pad_id,
+      self.train_cfg.micro_batches,
     )
     for _ in range(self.cfg.updates_per_batch):
       metrics = self.train_batch(batch)  # the last step's metrics: its ratios show the drift

@@ -19,6 +19,10 @@ Cost of "reprefill": a swap waits at most one turn of generation (the trainer do
 and the first turn of each session after a swap prefills its whole context
 (`reprefilled_sessions`, `prefill_tokens` in `stats()`); benchmarks/async_vs_sync.py measures
 both policies (mismatch and cost) and benchmarks/RESULTS.md records them.
+
+The Generator's shared-prefix cache composes with both: its blocks are keyed by the weights
+that wrote them (`PagePool.new_weights` on every swap), so a request after a swap never reads
+a cached page of older weights (tests/test_async_kv.py).
 """
 
 from __future__ import annotations
@@ -31,8 +35,6 @@ class ExactSwap:
   """A Generator whose weight swaps never split a request or reuse older weights' K/V."""
 
   def __init__(self, generator):
-    if getattr(generator.pool, "prefix_caching", False):
-      raise ValueError("kv_on_swap=reprefill: content-shared prefix pages would keep old K/V")
     self.gen = generator
     self.version = generator.engine.policy_version
     self._cv = threading.Condition()

@@ -28,13 +28,14 @@ import numpy as np
 
 from parallel.mesh import make_mesh
 from rl.config import Experiment
+from rl.rft import update_config
 from rl.runtime import multihost
 from rl.runtime.buffer import StalenessBuffer
 from rl.runtime.checkpoint import Checkpointer
 from rl.runtime.evaluation import evaluate
 from rl.runtime.replica import Replica, load_tokenizer, tokenizer_corpus
 from rl.runtime.rollout import RolloutManager
-from rl.runtime.task_sources import make_task_source, parse_mixed
+from rl.runtime.task_sources import make_task_source, parse_mixed, parse_split
 from rl.runtime.telemetry import Telemetry
 from rl.runtime.trainer import Trainer
 from rl.runtime.trajectory_store import TrajectoryStore
@@ -80,6 +81,8 @@ def preflight(exp: Experiment) -> None:
       )
   elif env.tasks.startswith("mixed:"):
     parse_mixed(env.tasks)
+  elif env.tasks.startswith("split:"):
+    parse_split(env.tasks)
   elif not pathlib.Path(env.tasks).is_dir():
     raise ValueError(f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>')")
   from models.io import checkpoints  # a named checkpoint (smollm2-135m-instruct): its folder
@@ -225,6 +228,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
         exp.sft.teacher_accuracy,
         exp.sft.seed,
         exp.agent.protocol,
+        refuse=getattr(tasks, "no_demo_families", frozenset()),  # SplitTasks: N and U
       )
       passed = sum(d["passed"] for d in demos)
       tel.event(
@@ -261,7 +265,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
       make_trainer = functools.partial(multihost.LeaderTrainer, channel=comm)
     trainer = make_trainer(
       cfg=exp.loop,
-      train_cfg=exp.train,
+      train_cfg=update_config(exp.loop.algorithm, exp.train),  # RFT: the supervised loss
       model_cfg=model_cfg,
       mesh=mesh,
       state=state,
@@ -318,8 +322,9 @@ def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
       demos, pad_id = _shared_demos(comm, None, None)
       sft = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
-    make_step = functools.partial(make_train_step, model_cfg, exp.train, mesh, shardings)
-    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train)
+    train_cfg = update_config(exp.loop.algorithm, exp.train)
+    make_step = functools.partial(make_train_step, model_cfg, train_cfg, mesh, shardings)
+    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, train_cfg)
   finally:
     ckpt.close()
   return {"step": int(state.step), "process": jax.process_index(), **extra}

@@ -263,8 +263,9 @@ class SplitTasks(PoolTasks):
   of each D family and nothing else; `no_demo_families` (N and U) is what the warm start's
   demonstrations builder refuses (rl.warm_start.demonstrations), so no reference solution of
   an N or U task reaches any arm's training. Held out: `n_eval` tasks of each N and U family at
-  the eval seeds. Decontamination: a pool or D task with the content (content_key) or the
-  reference solution of a held-out task is regenerated, and envs.task_pool.decontaminate
+  the eval seeds. Decontamination: a pool or D task with the content (content_key: instruction
+  and files, which fix the answer) of a held-out task is regenerated, and
+  envs.task_pool.decontaminate
   (n-gram overlap) drops pool and D tasks that overlap a held-out task of another family
   (within a family the template is shared by design; the exercise is its content).
   """
@@ -278,13 +279,11 @@ class SplitTasks(PoolTasks):
       procedural.generate(f, eval_seed + i) for f in split["N"] + split["U"] for i in range(n_eval)
     ]
     held = {content_key(t) for t in evals}
-    solutions = {t.solution_script for t in evals}
     # The fixed pools come from the eval seed, not the run's: every arm and seed of a
     # comparison trains on one pool and starts from one warm start (its demonstrations).
     train, demos = (
       fixed_tasks(split[k], eval_seed, salt, per_family, held) for k, salt in (("N", 3), ("D", 4))
     )
-    train, demos = ([t for t in ts if t.solution_script not in solutions] for ts in (train, demos))
     self.decontamination = decontaminate(
       train + demos, [e for e in evals if family(e.id) not in split["N"]]
     )

@@ -8,6 +8,16 @@ workdir (`WORKDIR/<name>`), `--set` overrides apply to all runs. A run that alre
 (its summary.json exists) is not run again, so a sweep can be resumed. Results:
 WORKDIR/results.csv, WORKDIR/results.md (one row per run: overrides, final and best eval /
 train pass rate, steps, wall time) and WORKDIR/results.png (pass-rate curves of every run).
+
+Named arms (`--arm=name:key=value,key=value`, crossed with the grid) compare different recipes
+in one sweep; `--eval=CMD` runs CMD (its `{workdir}` replaced by the run's folder, writing
+`{workdir}/eval`, e.g. `launch.eval --checkpoint={workdir} --out={workdir}/eval`) after each run
+finishes, then WORKDIR/compare.md and compare.png (launch.compare_evals) hold pass@k per run and
+family. A run counts as finished once both its summary.json and its eval exist.
+
+  python -m launch.sweep --config=configs/smollm2_nodemo.py --workdir=/tmp/nodemo \
+      --arm=warm:loop.steps=0 --arm=grpo:loop.seed=0 --arm=rft:loop.algorithm=rft \
+      --eval="python -m launch.eval ... --checkpoint={workdir} --out={workdir}/eval"
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ versions ahead while the trainer updates (decoupled PPO corrects the off-policy 
   generator.load_params(state.params, version=step)   # weight sync, no recompile
   store.write_batch(step, ids); telemetry; eval; checkpoint (every K steps, on SIGTERM, at end)
 
+With `loop.algorithm="rft"` the batch is the groups' distinct verified successes under the
+supervised loss instead (rl/rft.py; the ids recorded are those trained); the rest is the same.
+
 Resume (`run` with a workdir holding checkpoints): params, optimizer, step, RNG, task-source
 state, the buffer's groups and the in-flight accounting are restored; in-flight groups are
 re-issued with their ids and tasks; groups finished after the checkpoint are re-used from the

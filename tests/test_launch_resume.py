@@ -30,13 +30,16 @@ OVERRIDES = [
   "--config.sft.batch_size=4",
 ]
 
+# RFT trains only successes: a longer warm start makes the toy policy pass some episodes.
+ALGORITHM = {"grpo": [], "rft": ["--config.loop.algorithm=rft", "--config.sft.steps=80"]}
+
 
 def _launch(workdir, cache, log, algorithm="grpo"):
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_COMPILATION_CACHE_DIR=str(cache))
   env.pop("XLA_FLAGS", None)  # one CPU device, like a user's run
   cmd = [sys.executable, "-m", "launch.train", "--config=configs/toy.py", f"--workdir={workdir}"]
   proc = subprocess.Popen(
-    with_parent([*cmd, *OVERRIDES, f"--config.loop.algorithm={algorithm}"]),
+    with_parent([*cmd, *OVERRIDES, *ALGORITHM[algorithm]]),
     stdout=log,
     stderr=subprocess.STDOUT,
     env=env,

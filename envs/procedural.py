@@ -14,6 +14,9 @@
   json_select   (data, 2)      names of the records matching a field, with jq
   csv_sum       (data, 3)      sum a CSV column over the rows of one group
   python_fix    (python_bugfix, 3)  fix one injected bug in a small function
+
+and the observation-dependent families of envs/procedural_explore.py (read_note, find_ext,
+find_word, copy_pointer). Helpers for new families: envs/procedural_kit.py.
 """
 
 from __future__ import annotations
@@ -23,55 +26,9 @@ import random
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 
-from envs.task import FileEntry, Task, TestSpec
-
-_CONS, _VOWELS = "bdfgklmnprstvz", "aeiou"
-_HEADER = 'import os\nimport pathlib\n\nWS = pathlib.Path(os.environ.get("AGENTRL_WORKSPACE", "/workspace"))\n\n'
-
-
-def pseudo_word(rng: random.Random, syllables: tuple[int, int] = (2, 3)) -> str:
-  return "".join(rng.choice(_CONS) + rng.choice(_VOWELS) for _ in range(rng.randint(*syllables)))
-
-
-def _words(rng: random.Random, k: int) -> list[str]:
-  out: list[str] = []
-  while len(out) < k:
-    w = pseudo_word(rng)
-    if w not in out:
-      out.append(w)
-  return out
-
-
-def _unchanged(name: str, data: bytes) -> str:
-  return f"\n\ndef test_{name.replace('.', '_').replace('/', '_')}_unchanged():\n  assert (WS / {name!r}).read_bytes() == {data!r}\n"
-
-
-def _task(
-  family, seed, domain, difficulty, instruction, solution, tests, files=(), mistakes=(), shell=""
-) -> Task:
-  """`tests`: a pytest body (test_task.py), or `shell`: a test.sh (runner `shell`) instead.
-
-  `mistakes`: plausible wrong commands, the noisy teacher's (rl.warm_start.demonstrations).
-  """
-  if shell:
-    spec = TestSpec((FileEntry("test.sh", shell.encode(), 0o755),), runner="shell")
-  else:
-    spec = TestSpec((FileEntry("test_task.py", (_HEADER + tests).encode()),))
-  return Task(
-    id=f"procedural/{family}-{seed}",
-    instruction=instruction,
-    domain=domain,
-    difficulty=difficulty,
-    tests=spec,
-    solution_script=solution + "\n",
-    workspace_files=tuple(FileEntry(p, d) for p, d in files),
-    tags=("procedural", family),
-    agent_timeout_s=120.0,
-    test_timeout_s=60.0,
-    source=f"procedural:{family}:{seed}",
-    format="procedural",
-    metadata=(("teacher_mistakes", tuple(mistakes)),) if mistakes else (),
-  )
+from envs import procedural_explore
+from envs.procedural_kit import distinct_words, make_task, pseudo_word, unchanged_test
+from envs.task import Task
 
 
 def echo_word(rng: random.Random, seed: int) -> Task:
@@ -90,7 +47,7 @@ def echo_word(rng: random.Random, seed: int) -> Task:
     fi
     echo 1 > "$LOGS_DIR/reward.txt"
   """)
-  return _task(
+  return make_task(
     "echo_word",
     seed,
     "file_ops",
@@ -110,15 +67,15 @@ def echo_word(rng: random.Random, seed: int) -> Task:
 
 
 def sort_unique(rng: random.Random, seed: int) -> Task:
-  vocab = _words(rng, rng.randint(5, 9))
+  vocab = distinct_words(rng, rng.randint(5, 9))
   lines = [rng.choice(vocab) for _ in range(rng.randint(12, 30))]
   data = ("\n".join(lines) + "\n").encode()
   expect = "\n".join(sorted(set(lines))) + "\n"
   tests = textwrap.dedent(f"""
   def test_sorted_unique():
     assert (WS / "sorted.txt").read_text() == {expect!r}
-  """) + _unchanged("words.txt", data)
-  return _task(
+  """) + unchanged_test("words.txt", data)
+  return make_task(
     "sort_unique",
     seed,
     "text",
@@ -142,8 +99,8 @@ def count_level(rng: random.Random, seed: int) -> Task:
   tests = textwrap.dedent(f"""
   def test_count():
     assert (WS / "count.txt").read_text().strip() == "{n}"
-  """) + _unchanged("app.log", data)
-  return _task(
+  """) + unchanged_test("app.log", data)
+  return make_task(
     "count_level",
     seed,
     "text",
@@ -158,7 +115,7 @@ def count_level(rng: random.Random, seed: int) -> Task:
 def rename_ext(rng: random.Random, seed: int) -> Task:
   src, dst = rng.sample(["txt", "log", "dat", "csv", "md"], 2)
   other = next(e for e in ["txt", "log", "dat", "csv", "md", "ini"] if e not in (src, dst))
-  names = _words(rng, rng.randint(4, 8))
+  names = distinct_words(rng, rng.randint(4, 8))
   files = [
     (f"docs/{n}.{src if i % 3 else other}", f"{n} {i}\n".encode()) for i, n in enumerate(names)
   ]
@@ -176,7 +133,7 @@ def rename_ext(rng: random.Random, seed: int) -> Task:
     for name, data in {contents!r}.items():
       assert (WS / "docs" / name).read_bytes() == data
   """)
-  return _task(
+  return make_task(
     "rename_ext",
     seed,
     "file_ops",
@@ -189,10 +146,10 @@ def rename_ext(rng: random.Random, seed: int) -> Task:
 
 
 def json_select(rng: random.Random, seed: int) -> Task:
-  cities = _words(rng, 3)
+  cities = distinct_words(rng, 3)
   recs = [
     {"name": n.capitalize(), "age": rng.randint(18, 80), "city": rng.choice(cities)}
-    for n in _words(rng, rng.randint(6, 12))
+    for n in distinct_words(rng, rng.randint(6, 12))
   ]
   city = rng.choice([r["city"] for r in recs])
   data = (json.dumps(recs, indent=2) + "\n").encode()
@@ -200,8 +157,8 @@ def json_select(rng: random.Random, seed: int) -> Task:
   tests = textwrap.dedent(f"""
   def test_names():
     assert (WS / "names.txt").read_text() == {expect!r}
-  """) + _unchanged("people.json", data)
-  return _task(
+  """) + unchanged_test("people.json", data)
+  return make_task(
     "json_select",
     seed,
     "data",
@@ -214,7 +171,7 @@ def json_select(rng: random.Random, seed: int) -> Task:
 
 
 def csv_sum(rng: random.Random, seed: int) -> Task:
-  regions, products = _words(rng, 4), _words(rng, 5)
+  regions, products = distinct_words(rng, 4), distinct_words(rng, 5)
   rows = [
     (rng.choice(regions), rng.choice(products), rng.randint(1, 500))
     for _ in range(rng.randint(15, 40))
@@ -225,8 +182,8 @@ def csv_sum(rng: random.Random, seed: int) -> Task:
   tests = textwrap.dedent(f"""
   def test_total():
     assert (WS / "total.txt").read_text().strip() == "{total}"
-  """) + _unchanged("sales.csv", data)
-  return _task(
+  """) + unchanged_test("sales.csv", data)
+  return make_task(
     "csv_sum",
     seed,
     "data",
@@ -313,7 +270,7 @@ def python_fix(rng: random.Random, seed: int) -> Task:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == {json.dumps([c[1] for c in cases])!r}
   """)
-  return _task(
+  return make_task(
     "python_fix",
     seed,
     "python_bugfix",
@@ -328,7 +285,13 @@ def python_fix(rng: random.Random, seed: int) -> Task:
 FAMILIES: dict[str, Callable[[random.Random, int], Task]] = {
   f.__name__: f
   for f in (echo_word, sort_unique, count_level, rename_ext, json_select, csv_sum, python_fix)
-}
+} | procedural_explore.FAMILIES
+
+
+def family(task_id: str) -> str:
+  """The procedural family of a task id (`procedural/echo_word-3` -> echo_word), else its suite."""
+  head, _, name = task_id.partition("/")
+  return name.rsplit("-", 1)[0] if head == "procedural" else head
 
 
 def generate(family: str, seed: int) -> Task:

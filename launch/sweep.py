@@ -8,6 +8,16 @@ workdir (`WORKDIR/<name>`), `--set` overrides apply to all runs. A run that alre
 (its summary.json exists, without "preempted": true) is not run again, so a sweep can be resumed. Results:
 WORKDIR/results.csv, WORKDIR/results.md (one row per run: overrides, final and best eval /
 train pass rate, steps, wall time) and WORKDIR/results.png (pass-rate curves of every run).
+
+Named arms (`--arm=name:key=value,key=value`, crossed with the grid) compare different recipes
+in one sweep; `--eval=CMD` runs CMD (its `{workdir}` replaced by the run's folder, writing
+`{workdir}/eval`, e.g. `launch.eval --checkpoint={workdir} --out={workdir}/eval`) after each run
+finishes, then WORKDIR/compare.md and compare.png (launch.compare_evals) hold pass@k per run and
+family. A run counts as finished once both its summary.json and its eval exist.
+
+  python -m launch.sweep --config=configs/smollm2_nodemo.py --workdir=/tmp/nodemo \
+      --arm=warm:loop.steps=0 --arm=grpo:loop.seed=0 --arm=rft:loop.algorithm=rft \
+      --eval="python -m launch.eval ... --checkpoint={workdir} --out={workdir}/eval"
 """
 
 from __future__ import annotations
@@ -33,6 +43,13 @@ def define_flags() -> None:
   flags.DEFINE_multi_string("grid", [], "key=v1,v2,... (a config path and its values).")
   flags.DEFINE_multi_string("set", [], "key=value applied to every run.")
   flags.DEFINE_integer("parallel", 1, "Runs at once.")
+  flags.DEFINE_multi_string(
+    "arm", [], "name:key=value,key=value,... one named run (crossed with --grid) per --arm."
+  )
+  flags.DEFINE_string(
+    "eval", None, "Shell command run after each finished run, {workdir} replaced by the run's "
+    "folder; it writes {workdir}/eval (launch.eval --out). Then compare.md/.png compare them.",
+  )  # fmt: skip
   flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -44,6 +61,20 @@ def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
       raise ValueError(f"--grid {spec!r}: expected key=v1,v2,...")
     out.append((key.strip(), [v.strip() for v in values.split(",")]))
   return out
+
+
+def parse_arms(specs: list[str]) -> list[tuple[str, dict[str, str]]]:
+  """`name:key=value,key=value` per spec -> [(name, overrides)] (no spec: one unnamed arm)."""
+  out = []
+  for spec in specs:
+    name, sep, body = spec.partition(":")
+    pairs = [kv for kv in body.split(",") if kv.strip()]
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or any("=" not in kv for kv in pairs):
+      raise ValueError(f"--arm {spec!r}: expected name:key=value,key=value,...")
+    out.append((name, dict(kv.strip().split("=", 1) for kv in pairs)))
+  if len({n for n, _ in out}) != len(out):
+    raise ValueError(f"--arm: two arms share a name ({[n for n, _ in out]})")
+  return out or [("", {})]
 
 
 def combinations(grid: list[tuple[str, list[str]]]) -> list[dict[str, str]]:
@@ -119,15 +150,22 @@ def finished_line(row: dict, done: int, total: int) -> str:
   return ", ".join(parts)
 
 
-def run_sweep(config: str, workdir: str, grid, common: dict[str, str], parallel: int = 1):
-  """Runs every combination; returns the result rows (also written as csv/md/png)."""
-  check_fields(config, [*common, *(k for k, _ in grid)])
+def run_sweep(
+  config: str, workdir: str, grid, common: dict[str, str], parallel: int = 1, arms=None,
+  eval_cmd: str | None = None,
+):  # fmt: skip
+  """Runs every arm x combination (then `eval_cmd` on each); returns the result rows (also
+  written as csv/md/png, and compare.md/png of the evals)."""
+  arms = arms or [("", {})]
+  check_fields(config, [*common, *(k for k, _ in grid), *(k for _, a in arms for k in a)])
   root = pathlib.Path(workdir)
   root.mkdir(parents=True, exist_ok=True)
   jobs = []
-  for combo in combinations(grid):
-    run_dir = root / run_name(combo)
-    jobs.append((run_dir, combo, command(config, run_dir, {**common, **combo})))
+  for arm, over in arms:
+    for combo in combinations(grid):
+      name = ",".join(x for x in (arm, run_name(combo) if combo or not arm else "") if x)
+      run_dir, label = root / name, {**({"arm": arm} if arm else {}), **combo}
+      jobs.append((run_dir, label, command(config, run_dir, {**common, **over, **combo})))
   rows, running = [], []
   env = dict(os.environ)
   env.setdefault("JAX_COMPILATION_CACHE_DIR", str(root / ".jax_cache"))
@@ -135,33 +173,63 @@ def run_sweep(config: str, workdir: str, grid, common: dict[str, str], parallel:
   while pending or running:
     while pending and len(running) < parallel:
       run_dir, combo, cmd = pending.pop(0)
-      if finished(run_dir):
+      if finished(run_dir) and (not eval_cmd or _evaluated(run_dir)):
         rows.append(_result(run_dir, combo, 0.0, 0))
         print(f"[sweep {len(rows)}/{len(jobs)}] {run_dir.name}: finished before, skipped")
         continue
       run_dir.mkdir(parents=True, exist_ok=True)
-      log = open(run_dir / "train.log", "w")
-      print(f"[sweep] {run_dir.name}: {' '.join(cmd[1:])}", flush=True)
-      running.append(
-        (
-          subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env),
-          run_dir,
-          combo,
-          time.monotonic(),
-          log,
-        )
-      )
+      if (run_dir / "summary.json").exists():  # trained before; only its eval is missing
+        cmd = None
+      running.append([_start(run_dir, cmd, eval_cmd, env), run_dir, combo, time.monotonic()])
     for item in list(running):
-      proc, run_dir, combo, t0, log = item
-      if proc.poll() is not None:
-        log.close()
-        running.remove(item)
-        rows.append(_result(run_dir, combo, time.monotonic() - t0, proc.returncode))
-        print(finished_line(rows[-1], len(rows), len(jobs)), flush=True)
+      (proc, log, phase), run_dir, combo, t0 = item
+      if proc.poll() is None:
+        continue
+      log.close()
+      if phase == "train" and proc.returncode == 0 and eval_cmd:
+        item[0] = _start(run_dir, None, eval_cmd, env)
+        continue
+      running.remove(item)
+      rows.append(_result(run_dir, combo, time.monotonic() - t0, proc.returncode))
+      print(finished_line(rows[-1], len(rows), len(jobs)), flush=True)
     time.sleep(0.2)
   rows.sort(key=lambda r: [j[0].name for j in jobs].index(r["run"]))
   write_results(root, rows, [j[0] for j in jobs])
+  if eval_cmd:
+    compare_runs(root, [j[0] for j in jobs])
   return rows
+
+
+def _evaluated(run_dir: pathlib.Path) -> bool:
+  return (run_dir / "eval" / "results.json").is_file()
+
+
+def _start(run_dir: pathlib.Path, cmd, eval_cmd, env):
+  """(process, log, phase): the training run (`cmd`), or with `cmd` None the eval command."""
+  if cmd is not None:
+    log = open(run_dir / "train.log", "a")
+    print(f"[sweep] {run_dir.name}: {' '.join(cmd[1:])}", flush=True)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log, "train"
+  line = eval_cmd.replace("{workdir}", str(run_dir))
+  log = open(run_dir / "eval.log", "a")
+  print(f"[sweep] {run_dir.name} eval: {line}", flush=True)
+  return (
+    subprocess.Popen(line, shell=True, stdout=log, stderr=subprocess.STDOUT, env=env),
+    log,
+    "eval",
+  )
+
+
+def compare_runs(root: pathlib.Path, run_dirs) -> None:
+  """compare.md and compare.png (launch.compare_evals) over the runs' evals that exist."""
+  from launch import compare_evals
+
+  runs = {d.name: compare_evals.load(str(d / "eval")) for d in run_dirs if _evaluated(d)}
+  if not runs:
+    return
+  ks, curves, lines = compare_evals.compare(runs, "family")
+  (root / "compare.md").write_text("\n".join(lines) + "\n")
+  compare_evals.plot(ks, curves, str(root / "compare.png"))
 
 
 def write_results(root: pathlib.Path, rows: list[dict], run_dirs) -> None:
@@ -209,8 +277,14 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   common = dict(kv.split("=", 1) for kv in FLAGS.set)
-  rows = run_sweep(FLAGS.config, FLAGS.workdir, parse_grid(FLAGS.grid), common, FLAGS.parallel)
+  rows = run_sweep(
+    FLAGS.config, FLAGS.workdir, parse_grid(FLAGS.grid), common, FLAGS.parallel,
+    parse_arms(FLAGS.arm), FLAGS.eval,
+  )  # fmt: skip
   print((pathlib.Path(FLAGS.workdir) / "results.md").read_text())
+  compare = pathlib.Path(FLAGS.workdir) / "compare.md"
+  if compare.exists():
+    print(compare.read_text())
   if any(r["returncode"] for r in rows):
     sys.exit(1)
 

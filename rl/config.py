@@ -46,6 +46,9 @@ class RolloutConfig:
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
   mode: str = "sync"  # sync | async
+  # grpo: policy gradient on group advantages | rft: supervised steps on the batch's verified
+  # successes, deduplicated (rejection-sampling fine-tuning, rl/rft.py)
+  algorithm: str = "grpo"
   steps: int = 50
   batch_groups: int = 8  # B: groups (tasks) per update
   max_staleness: int = 1  # eta, async only (sync is 0): AReaL's admission bound
@@ -71,6 +74,10 @@ class LoopConfig:
   def __post_init__(self):
     if self.mode not in ("sync", "async"):
       raise ValueError(f"LoopConfig.mode must be 'sync' or 'async', got {self.mode!r}")
+    if self.algorithm not in ("grpo", "rft"):
+      raise ValueError(f"LoopConfig.algorithm must be 'grpo' or 'rft', got {self.algorithm!r}")
+    if self.algorithm == "rft" and self.replay_groups:
+      raise ValueError("LoopConfig.replay_groups: replay is GRPO's; set 0 with algorithm 'rft'")
     if self.steps < 0 or self.batch_groups < 1:
       raise ValueError(
         f"LoopConfig.steps >= 0 and batch_groups >= 1, got {self.steps}, {self.batch_groups}"

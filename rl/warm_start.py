@@ -20,15 +20,17 @@ import optax
 from envs.agents import markdown_bash
 from envs.agents.agent import ScriptedPolicy
 from envs.agents.tool_format import format_tool_call, parse_tool_call
+from envs.procedural import family
 from rl.batch import row_multiple, sft_batch
-from rl.config import Experiment, LossConfig, OptimConfig, TrainConfig
+from rl.config import Experiment, OptimConfig, TrainConfig
+from rl.rft import supervised_loss
 from rl.train_state import create_train_state
 from rl.train_step import make_compute_logprobs, make_train_step
 
 
 def demonstrations(
   tasks, episodes, tok, workers: int, teacher_accuracy: float = 1.0, seed: int = 0,
-  protocol: str = "tool_call", budget=None, say=print,
+  protocol: str = "tool_call", budget=None, say=print, refuse: frozenset = frozenset(),
 ) -> list[dict]:  # fmt: skip
   """Teacher actions replayed through the agent loop in real sandboxes, with their grade.
 
@@ -40,7 +42,15 @@ def demonstrations(
   sentinel, each reply closed by the end-of-turn token as the engine's are.
   `budget` (the run's AgentConfig): a task whose reference solution needs more turns or tokens
   than it allows is dropped, with a line through `say`; none left is a one-line ValueError.
+  `refuse`: families whose reference solutions must never be trained on (a task split's
+  training and unseen families, rl.runtime.task_sources.SplitTasks): any such task is an error.
   """
+  banned = sorted({t.id for t in tasks if family(t.id) in refuse})
+  if banned:
+    raise ValueError(
+      f"demonstrations: {len(banned)} task(s) of families without demonstrations "
+      f"({', '.join(sorted(refuse))}), e.g. {banned[0]}: their reference solutions stay out of training"
+    )
   rng = np.random.default_rng(seed)
   right_u, which = rng.random(len(tasks)), rng.integers(0, 1 << 30, len(tasks))
 
@@ -162,13 +172,7 @@ def warm_start(
       "python -m launch.check_tasks --tasks=... --out=DIR; or set --config.sft.steps=0)"
     )
   cfg = TrainConfig(
-    loss=LossConfig(
-      kl="none",
-      policy_loss="ppo",
-      aggregation="token-mean",
-      compute_entropy=False,
-      entropy_coef=s.entropy_coef,
-    ),
+    loss=supervised_loss(s.entropy_coef),
     optim=OptimConfig(
       lr=s.lr,
       warmup_steps=s.warmup_steps,

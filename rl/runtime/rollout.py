@@ -134,6 +134,8 @@ class RolloutManager:
     self._stop.set()
     self.buffer.close()
     self.queue.close()
+    if self._thread.ident is None:  # never started (a run with nothing left to train)
+      return
     self._thread.join()
     if self.prefetch:
       self._prefetcher.join()

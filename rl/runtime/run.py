@@ -28,13 +28,14 @@ import numpy as np
 
 from parallel.mesh import make_mesh
 from rl.config import Experiment, drop_retired
+from rl.rft import update_config, update_temperature
 from rl.runtime import multihost
 from rl.runtime.buffer import StalenessBuffer
 from rl.runtime.checkpoint import Checkpointer
 from rl.runtime.evaluation import evaluate
 from rl.runtime.replica import Replica, load_tokenizer, tokenizer_corpus
 from rl.runtime.rollout import RolloutManager
-from rl.runtime.task_sources import make_task_source, parse_mixed
+from rl.runtime.task_sources import make_task_source, parse_mixed, parse_split
 from rl.runtime.telemetry import Telemetry
 from rl.runtime.trainer import Trainer
 from rl.runtime.trajectory_store import TrajectoryStore
@@ -125,6 +126,8 @@ def check_names(exp: Experiment) -> None:
     suites = sorted(p.name for p in BUILTIN_DIR.iterdir() if p.is_dir())
     for name, _ in parse_mixed(env.tasks)[1]:
       _one_of("env.tasks", name, suites, "built-in suite")
+  elif env.tasks.startswith("split:"):
+    parse_split(env.tasks)
   elif not pathlib.Path(env.tasks).is_dir():
     raise ValueError(
       f"env.tasks: {env.tasks}: no such folder (or use 'procedural:<family>' or "
@@ -285,6 +288,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
         exp.agent.protocol,
         budget=exp.agent,
         say=tel.write,
+        refuse=getattr(tasks, "no_demo_families", frozenset()),  # SplitTasks: N and U
       )
       passed = sum(d["passed"] for d in demos)
       tel.event(
@@ -325,7 +329,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
       make_trainer = functools.partial(multihost.LeaderTrainer, channel=comm)
     trainer = make_trainer(
       cfg=exp.loop,
-      train_cfg=exp.train,
+      train_cfg=update_config(exp.loop.algorithm, exp.train),  # RFT: the supervised loss
       model_cfg=model_cfg,
       mesh=mesh,
       state=state,
@@ -339,7 +343,8 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
       evaluate=eval_fn if exp.env.eval_tasks else None,
       on_batch=tasks.observe_batch,
       pad_id=tok.pad_id,
-      temperature=exp.agent.temperature,  # one owner: the rollouts sample at it, the loss scores
+      # one owner: the rollouts sample at it, GRPO's loss scores at it (RFT's at 1)
+      temperature=update_temperature(exp.loop.algorithm, exp.agent.temperature),
     )
     history = trainer.run()
     extra = comm.finish(trainer.state)  # multi-process: stops the others, compares replicas
@@ -386,10 +391,16 @@ def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:
       demos, pad_id = _shared_demos(comm, None, None)
       sft = warm_start(exp, model_cfg, mesh, params, demos, None, pad_id, comm)
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
+    train_cfg = update_config(exp.loop.algorithm, exp.train)
     make_step = functools.partial(
-      make_train_step, model_cfg, exp.train, mesh, shardings, temperature=exp.agent.temperature
+      make_train_step,
+      model_cfg,
+      train_cfg,
+      mesh,
+      shardings,
+      temperature=update_temperature(exp.loop.algorithm, exp.agent.temperature),
     )
-    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, exp.train)
+    state, extra = multihost.follow(comm, state, make_step, ckpt, mesh, train_cfg)
   finally:
     ckpt.close()
   return {"step": int(state.step), "process": jax.process_index(), **extra}

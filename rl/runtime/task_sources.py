@@ -14,6 +14,7 @@ import pathlib
 
 import numpy as np
 
+from envs.procedural import family
 from rl.runtime.records import Group
 
 
@@ -146,10 +147,23 @@ class PoolTasks(_Audited):
     self.auditor.load_state_dict(d["auditor"])
 
 
-def family(task_id: str) -> str:
-  """The procedural family of a task id (`procedural/echo_word-3` -> echo_word), else its suite."""
-  head, _, name = task_id.partition("/")
-  return name.rsplit("-", 1)[0] if head == "procedural" else head
+def fixed_tasks(fams, seed: int, salt: int, per_family: int, held: set) -> list:
+  """`per_family` distinct tasks of each procedural family at training seeds (seed, salt),
+  none with the content (content_key) of a task in `held`, which this extends."""
+  from envs import procedural
+
+  out = []
+  for fi, f in enumerate(fams):
+    for i in range(per_family):
+      for attempt in range(100):
+        t = procedural.generate(f, _seed(seed, salt, fi, i, attempt) % 2**31)
+        if content_key(t) not in held:
+          break
+      else:
+        raise RuntimeError(f"procedural family {f}: no task outside the eval set")
+      held.add(content_key(t))
+      out.append(t)
+  return out
 
 
 def content_key(task) -> tuple:
@@ -197,18 +211,7 @@ class MixedTasks(PoolTasks):
     fams, suites = parse_mixed(spec)
     evals = [procedural.generate(f, eval_seed + i) for f in fams for i in range(n_eval)]
     held = {content_key(t) for t in evals}
-    train = []
-    for fi, f in enumerate(fams):
-      seen = set(held)
-      for i in range(per_family):
-        for attempt in range(100):
-          t = procedural.generate(f, _seed(seed, 3, fi, i, attempt) % 2**31)
-          if content_key(t) not in seen:
-            break
-        else:
-          raise RuntimeError(f"procedural family {f}: no task outside the eval set")
-        seen.add(content_key(t))
-        train.append(t)
+    train = fixed_tasks(fams, seed, 3, per_family, held)
     extra = []
     for name, max_d in suites:
       tasks, errors = resolve(name)
@@ -230,13 +233,84 @@ class MixedTasks(PoolTasks):
     return out
 
 
+def parse_split(spec: str) -> dict[str, list[str]]:
+  """`split:D=fam,..;N=fam,..;U=fam,..` -> {"D": [...], "N": [...], "U": [...]} (disjoint)."""
+  from envs import procedural
+
+  out = {}
+  for part in spec.split(":", 1)[1].split(";"):
+    key, sep, fams = part.partition("=")
+    key = key.strip()
+    if not sep or key not in ("D", "N", "U") or key in out:
+      raise ValueError(f"env.tasks={spec!r}: {part!r} is not D=..., N=... or U=... (each once)")
+    out[key] = [f.strip() for f in fams.split(",") if f.strip()]
+    for f in out[key]:
+      if f not in procedural.FAMILIES:
+        raise ValueError(f"env.tasks={spec!r}: unknown procedural family {f!r}")
+  if set(out) != {"D", "N", "U"} or not all(out.values()):
+    raise ValueError(f"env.tasks={spec!r}: needs non-empty D=, N= and U= family lists")
+  every = [f for fams in out.values() for f in fams]
+  if len(every) != len(set(every)):
+    raise ValueError(f"env.tasks={spec!r}: a family is in more than one of D, N, U")
+  return out
+
+
+class SplitTasks(PoolTasks):
+  """Families split by role (configs/smollm2_nodemo.py): demonstrations only from D, RL on N,
+  evaluation on held-out N and on U.
+
+  The pool holds `per_family` fixed tasks of each N family; `demo_tasks` draws from as many
+  of each D family and nothing else; `no_demo_families` (N and U) is what the warm start's
+  demonstrations builder refuses (rl.warm_start.demonstrations), so no reference solution of
+  an N or U task reaches any arm's training. Held out: `n_eval` tasks of each N and U family at
+  the eval seeds. Decontamination: a pool or D task with the content (content_key: instruction
+  and files, which fix the answer) of a held-out task is regenerated, and
+  envs.task_pool.decontaminate
+  (n-gram overlap) drops pool and D tasks that overlap a held-out task of another family
+  (within a family the template is shared by design; the exercise is its content).
+  """
+
+  def __init__(self, spec, seed, workdir, *, eval_seed, n_eval, per_family=64, on_event=None):
+    from envs import procedural
+    from envs.task_pool import decontaminate
+
+    split = parse_split(spec)
+    evals = [
+      procedural.generate(f, eval_seed + i) for f in split["N"] + split["U"] for i in range(n_eval)
+    ]
+    held = {content_key(t) for t in evals}
+    # The fixed pools come from the eval seed, not the run's: every arm and seed of a
+    # comparison trains on one pool and starts from one warm start (its demonstrations).
+    train, demos = (
+      fixed_tasks(split[k], eval_seed, salt, per_family, held) for k, salt in (("N", 3), ("D", 4))
+    )
+    self.decontamination = decontaminate(
+      train + demos, [e for e in evals if family(e.id) not in split["N"]]
+    )
+    dropped = set(self.decontamination["excluded"])
+    super().__init__([t for t in train if t.id not in dropped], seed, workdir, (), on_event)
+    self.format_tasks = [t for t in demos if t.id not in dropped]
+    self.split, self.eval_tasks, self.split_seed = split, evals, eval_seed
+    self.no_demo_families = frozenset(split["N"] + split["U"])
+
+  def demo_tasks(self, n: int) -> list:
+    """`n` format-family (D) tasks in a seeded order (all of them when n exceeds the pool)."""
+    order = np.random.default_rng([self.split_seed, 1]).permutation(len(self.format_tasks))
+    return [self.format_tasks[i] for i in order[: min(n, len(order))]]
+
+  def corpus_tasks(self, n: int) -> list:
+    return self.demo_tasks(n)
+
+
 def make_task_source(env, seed: int, workdir, on_event=None):
   """(training task source, held-out eval tasks) for `env.tasks` (an experiment.EnvConfig).
 
   `mixed:fam,...+suite<=D`: MixedTasks, env.eval_tasks held out per family.
+  `split:D=..;N=..;U=..`: SplitTasks, the same per N and U family.
   """
-  if env.tasks.startswith("mixed:"):
-    src = MixedTasks(
+  if env.tasks.startswith(("mixed:", "split:")):
+    make = MixedTasks if env.tasks.startswith("mixed:") else SplitTasks
+    src = make(
       env.tasks,
       seed,
       workdir,

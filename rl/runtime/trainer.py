@@ -15,6 +15,9 @@ versions ahead while the trainer updates (decoupled PPO corrects the off-policy 
   generator.load_params(state.params, version=step)   # weight sync, no recompile
   store.write_batch(step, ids); telemetry; eval; checkpoint (every K steps, on SIGTERM, at end)
 
+With `loop.algorithm="rft"` the batch is the groups' distinct verified successes under the
+supervised loss instead (rl/rft.py; the ids recorded are those trained); the rest is the same.
+
 Resume (`run` with a workdir holding checkpoints): params, optimizer, step, RNG, task-source
 state, the buffer's groups and the in-flight accounting are restored; in-flight groups are
 re-issued with their ids and tasks; groups finished after the checkpoint are re-used from the
@@ -30,6 +33,7 @@ import time
 import jax
 import numpy as np
 
+from rl import rft
 from rl.batch import build_batch, row_multiple
 from rl.config import LoopConfig
 from rl.runtime.buffer import BufferClosed, StalenessBuffer
@@ -197,6 +201,22 @@ class Trainer:
       )  # fmt: skip
     return self._step_fn
 
+  def _batch(self, groups: list[Group], replayed: list[Group]):
+    """(packed batch or None, sequences, [(group, row, replayed)] trained, metrics) under
+    `loop.algorithm`: GRPO trains every row of the groups; RFT only the distinct successes."""
+    args = (self.cfg.row_len, self.cfg.max_segments, self.row_multiple, self.pad_id)
+    if self.cfg.algorithm == "rft":
+      kept, passed = rft.successes(groups)
+      batch, n_seqs = rft.build_batch(kept, *args)
+      info = {"rft/passed": float(passed), "rft/kept": float(len(kept))}
+      return batch, n_seqs, [(g, r, False) for g, r in kept], info
+    micro = self.train_cfg.micro_batches  # a group's rows side by side in each micro-batch
+    batch, n_seqs = build_batch(groups + replayed, self.train_cfg.loss, *args, micro)
+    trained = [
+      (g, r, rep) for gs, rep in ((groups, False), (replayed, True)) for g in gs for r in g.rows
+    ]
+    return batch, n_seqs, trained, {}
+
   def train_batch(self, batch: dict) -> dict:
     """One optimizer step on a packed batch (a hook: LeaderTrainer announces it first)."""
     fn = self.step_fn(batch)
@@ -220,16 +240,9 @@ class Trainer:
     replayed = self._replayed()
     if self.cfg.replay_groups:
       self.replay.extend(g for g in groups if max(g.rewards) > min(g.rewards))
-    batch, n_seqs = build_batch(
-      groups + replayed,
-      self.train_cfg.loss,
-      self.cfg.row_len,
-      self.cfg.max_segments,
-      self.row_multiple,
-      self.pad_id,
-      self.train_cfg.micro_batches,
-    )
-    for _ in range(self.cfg.updates_per_batch):
+    batch, n_seqs, trained, extra_algo = self._batch(groups, replayed)
+    metrics = {}
+    for _ in range(self.cfg.updates_per_batch if batch is not None else 0):
       metrics = self.train_batch(batch)  # the last step's metrics: its ratios show the drift
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     t2 = time.monotonic()
@@ -248,13 +261,12 @@ class Trainer:
           else self.step - 1 - g.min_version,
           replayed=rep,
         )
-        for gs, rep in ((groups, False), (replayed, True))
-        for g in gs
-        for r in g.rows
+        for g, r, rep in trained
       ],
     )
     self.rollouts.controller.update(len(self.buffer))
     out = self._metrics(groups, metrics, n_seqs, batch, last_end, (t0, t1, t2, t3))
+    out.update(extra_algo)
     self.tel.episodes(self.step, groups)  # three sampled episodes: console + TensorBoard text
     gs = self.generator.stats()
     out.update(
@@ -283,6 +295,7 @@ class Trainer:
         {"staleness/token_mean": float(tok.mean()), "staleness/token_max": float(tok.max())}
       )
     wall = max(now - last_end, 1e-9)
+    rows, row_len = batch["tokens_BT"].shape if batch is not None else (0, 0)  # RFT: no success
     gen_tok = sum(r["generated_tokens"] for g in groups for r in g.rows)
     out.update(
       {
@@ -292,10 +305,10 @@ class Trainer:
         "time/sync_s": t3 - t2,
         "time/idle_frac": (t1 - t0) / wall,
         "throughput/rollout_tokens_per_s": gen_tok / wall,
-        "throughput/train_tokens_per_s": float(batch["loss_mask_BT"].size) / max(t2 - t1, 1e-9),
+        "throughput/train_tokens_per_s": rows * row_len / max(t2 - t1, 1e-9),
         "throughput/trajectories_per_s": sum(len(g.rows) for g in groups) / wall,
         "batch/sequences": n_seqs,
-        "batch/rows": batch["tokens_BT"].shape[0],
+        "batch/rows": rows,
         "train/compiles": float(self.compiles),
       }
     )
@@ -331,7 +344,8 @@ class Trainer:
     self.buffer.set_version(self.step)
     if self.step == 0:
       self.ckpt.save(0, self.state, self.host_state(), force=True)
-    self.rollouts.start(reissue)
+    if self.step < self.cfg.steps:  # loop.steps=0 (a warm start alone) samples nothing
+      self.rollouts.start(reissue)
     if self.evaluate is not None and self.step == 0:
       self._eval()
     last_end = time.monotonic()

@@ -106,18 +106,32 @@ def _toolchain(repo: str, tag: str) -> tuple[tuple[str, ...], tuple[tuple[str, s
   return None
 
 
+def is_python(image: str) -> bool:
+  """Whether `image` is an official python:* image (or t-bench's python-3-13, built on one)."""
+  return repo_tag(image)[0].startswith("python")
+
+
+def python_pip(image: str) -> tuple[str, ...]:
+  """The pip packages `image` has beyond the distribution's python3: the official python:*
+  images install pip for their Python (`pip`, `pip3`, `pip3.X` in /usr/local/bin); Debian's and
+  Ubuntu's have none. Installed into the task's package layer from the machine's pip sources."""
+  return ("pip",) if is_python(image) else ()
+
+
 def python_link(image: str) -> str:
   """Setup lines that give `python` the place it has in `image`: the public images have no
   /usr/bin/python (a step `ln -s /usr/bin/python3 /usr/bin/python` must work, as in Docker),
   and python:* images keep theirs in /usr/local/bin. The base image's python-is-python3 link
-  moves accordingly where the root is writable (the container-like mode)."""
-  repo, _ = repo_tag(image)
+  moves accordingly where the root is writable (the container-like mode). A python:* image's
+  Python is its own build, with no EXTERNALLY-MANAGED marker (`pip install x` as root works);
+  Debian's python3 keeps the marker, as in Debian-based images."""
   lines = ["if [ -L /usr/bin/python ] && [ -w /usr/bin ]; then rm -f /usr/bin/python; fi"]
-  if repo.startswith("python"):
+  if is_python(image):
     lines.append(
       "[ -e /usr/local/bin/python ] || ! [ -w /usr/local/bin ] || "
       "ln -s /usr/bin/python3 /usr/local/bin/python"
     )
+    lines.append("[ -w /usr/lib ] && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED || :")
   return "\n".join(lines)
 
 

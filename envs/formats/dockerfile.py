@@ -44,6 +44,7 @@ from envs.formats.docker_bases import (
   base_user,
   map_base,
   python_link,
+  python_pip,
   skeleton,
   toolchain,
 )
@@ -157,6 +158,7 @@ class _Translator:
           self.steps.append((line, "workdir", workdir))
     if "python" in toks[0]:
       self.warn(line, f"{toks[0]} mapped onto the base image's python3 (version may differ)")
+    self.pip += [p for p in python_pip(self.base) if p not in self.pip]
     tool = toolchain(self.base)
     if tool:
       pkgs, env = tool

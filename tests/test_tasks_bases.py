@@ -60,7 +60,20 @@ def test_pip_option_values_are_not_packages():
     "FROM python:3.12-slim\nRUN pip install --no-cache-dir --retries 3 --timeout 60 "
     "--progress-bar off pytest==8.4.1 pytest-json-ctrf==0.3.5\n"
   )
-  assert plan.pip_packages == ("pytest==8.4.1", "pytest-json-ctrf==0.3.5")
+  assert plan.pip_packages == ("pip", "pytest==8.4.1", "pytest-json-ctrf==0.3.5")
+
+
+@pytest.mark.parametrize(
+  "base,pip",
+  [("python:3.13-slim", True), ("ghcr.io/laude-institute/t-bench/python-3-13:20250620", True)]
+  + [("debian:bookworm-slim", False), ("ubuntu:24.04", False), ("gcc:13", False)],
+)
+def test_python_images_bring_pip_and_no_marker(base, pip):
+  """The official python images install pip for their own Python (no EXTERNALLY-MANAGED
+  marker); Debian's and Ubuntu's python3 has no pip and keeps the marker, as in Docker."""
+  plan = dockerfile.translate(f"FROM {base}\n")
+  assert ("pip" in plan.pip_packages) == pip
+  assert ("EXTERNALLY-MANAGED" in plan.setup_script) == pip
 
 
 def test_placing_the_dropped_uv_binary_is_dropped_too():

@@ -265,6 +265,7 @@ def test_pip_arguments_are_parsed_as_pip_does():
     context,
   )
   assert plan.pip_packages == (
+    "pip",  # the python image's own
     "torch==2.7.1",
     "pandas[excel]>=2.0,<3",
     "numpy",
@@ -368,3 +369,47 @@ def test_a_link_in_a_task_folder_is_a_load_error(tmp_path, fmt, rel):
   tasks, errors = resolve(str(tmp_path / "suite"))  # a suite gets a load_error and goes on
   assert not tasks and [e.record()["failure_mode"] for e in errors] == ["load_error"]
   assert rel in errors[0].reason and "HOST-SECRET" not in errors[0].reason
+
+
+# ------------------------------------------------ python:* images have pip (issue 37, round 4)
+
+PIP_ON_PYTHON = {  # tb1-dev heterogeneous-dates: `RUN pip install ...` on t-bench's python-3-13
+  "task.yaml": "instruction: Report pip's version in /app/pip.txt.\n",
+  "Dockerfile": (
+    "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\nWORKDIR /app\nRUN pip install six\n"
+  ),
+  "solution.sh": (
+    "#!/bin/bash\nfor p in pip pip3 'python -m pip'; do $p --version >> /app/pip.txt; done\n"
+    "pip install six > /app/install.txt 2>&1\n"
+  ),
+  "run-tests.sh": "#!/bin/bash\npytest $TEST_DIR/test_outputs.py -rA\n",
+  "tests/test_outputs.py": """
+    from pathlib import Path
+
+    def test_pip():
+        lines = Path("/app/pip.txt").read_text().splitlines()
+        assert len(lines) == 3 and all(l.startswith("pip ") for l in lines), lines
+        assert "already satisfied" in Path("/app/install.txt").read_text()
+  """,
+}
+MARKER_ON_DEBIAN = {  # Debian's python3 is externally managed in the public image too
+  **PIP_ON_PYTHON,
+  "Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n",
+  "solution.sh": "#!/bin/bash\ntrue\n",
+  "tests/test_outputs.py": """
+    import glob, shutil
+
+    def test_marker():
+        assert glob.glob("/usr/lib/python3*/EXTERNALLY-MANAGED") and not shutil.which("pip")
+  """,
+}
+
+
+def test_python_images_have_pip_and_debian_keeps_its_marker(tmp_path):
+  """python:* images carry pip (pip, pip3, python -m pip) for their Python, with no
+  EXTERNALLY-MANAGED marker, so `pip install` works as in Docker; Debian's python3 keeps it."""
+  tasks = [
+    load_any(write(tmp_path / n, t)) for n, t in (("py", PIP_ON_PYTHON), ("deb", MARKER_ON_DEBIAN))
+  ]
+  for row in ev.evaluate(tasks, ev.make_agent("oracle"), ev.EvalConfig()):
+    assert row["passed"], (row["task_id"], row["detail"], row.get("test_output"))

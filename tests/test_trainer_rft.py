@@ -56,8 +56,9 @@ def test_successes_keeps_each_distinct_verified_sequence_once():
 
 
 def test_update_config_swaps_only_the_loss():
-  train = rl_config.TrainConfig(loss=rl_config.LossConfig(temperature=0.7, kl="k3", kl_coef=0.1))
+  train = rl_config.TrainConfig(loss=rl_config.LossConfig(kl="k3", kl_coef=0.1))
   assert rft.update_config("grpo", train) is train
+  assert rft.update_temperature("grpo", 0.7) == 0.7 and rft.update_temperature("rft", 0.7) == 1.0
   sup = rft.update_config("rft", train)
   assert sup.loss == rft.supervised_loss() and sup.optim == train.optim and sup.lora == train.lora
   with pytest.raises(ValueError, match="loop.algorithm"):

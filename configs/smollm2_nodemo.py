@@ -5,8 +5,9 @@ r"""RL where demonstrations do not exist: SmolLM2-135M-Instruct on a split of ta
       --config.loop.algorithm=rft
 
 The families (envs/procedural.py, envs/procedural_explore.py; rl.runtime.task_sources.SplitTasks):
-  D (format): echo_word, sort_unique, count_level, json_select. The warm start's
-    demonstrations come from these only: they teach the markdown-bash reply and the sentinel.
+  D (format): echo_word, sort_unique, count_level, json_select (one turn), peek_twice, move_only
+    (look, then act on what was seen: two turns). The warm start's demonstrations come from
+    these only: they teach the markdown-bash reply, the sentinel and the look-then-act protocol.
   N (training, no demonstrations): read_note, find_ext, find_word. Multi-turn and
     observation-dependent (the answer is in a file the agent must read or find first). RL and
     RFT sample them; no arm ever trains on one of their reference solutions (the
@@ -15,16 +16,18 @@ The families (envs/procedural.py, envs/procedural_explore.py; rl.runtime.task_so
 Held out: `env.eval_tasks` tasks of each N and U family at the eval seeds (what `launch.eval
 --procedural=<families> --procedural_tasks=<n>` evaluates), decontaminated against the pool.
 
-The arms of the comparison (docs/results/nodemo.md, one `launch.sweep` command): GRPO (this
-config: LoRA as configs/smollm2.py), RFT (`loop.algorithm=rft`), the SFT control (more warm-start
-steps on D, `loop.steps=0`) and the warm start itself (`loop.steps=0`). `loop.seed` changes
+The arms of the comparison (docs/results/nodemo.md, one `launch.sweep` command): the warm start
+itself (`loop.steps=0`), then from its workdir (`checkpoint={sweep}/warm,sft.steps=0`, the one
+warm start every arm shares): GRPO (this config: LoRA as configs/smollm2.py), RFT
+(`loop.algorithm=rft`) and the SFT control (`loop.steps=0,sft.steps=K`: more supervised steps on
+D's demonstrations). `loop.seed` changes
 task sampling and episode seeds only: the pool, the demonstrations and the warm start are the
 same for every arm and seed.
 """
 
 from configs import smollm2
 
-D = "echo_word,sort_unique,count_level,json_select"
+D = "echo_word,sort_unique,count_level,json_select,peek_twice,move_only"
 N = "read_note,find_ext,find_word"
 U = "copy_pointer,rename_ext"
 
@@ -35,7 +38,10 @@ def get_config():
   e.tasks = f"split:D={D};N={N};U={U}"
   e.eval_tasks = 4  # per N and U family: 12 held-out N tasks, 8 U tasks
   e.train_pool_size = 64  # tasks per N family in the pool (and per D family for demos)
-  c.sft.demos = 128  # of D's pool (4 x 64): every D task, once
+  # The warm start: 192 of D's 384 pool tasks (about 32 per family), 8 steps of 16. Without the
+  # two-turn families (4 one-turn families, 6 steps) the warm start answered in 1.1 turns and
+  # passed 0 of 160 held-out N and U trials (docs/results/nodemo.md): no signal for RL.
+  c.sft.demos, c.sft.steps = 192, 8
   r = c.rollout
   r.group_size = 8  # 8 samples per task: a warm start near pass@8 ~0.3 still gets signal
   lp = c.loop

@@ -10,6 +10,12 @@ families' warm start, configs/smollm2_nodemo.py) fails them until it learns to e
                                answer.txt (with or without the notes/ prefix)
   copy_pointer  (file_ops, 2)  pointer.txt holds a path under data/; copy that file to copy.txt
 
+Two look-then-act format families carry a two-turn demonstration (`demo_actions`: look, then a
+command built from what the look showed), for a warm start that teaches the looking protocol on
+tasks unlike the ones above (configs/smollm2_nodemo.py's D):
+  peek_twice    (text, 1)      source.txt holds a word; write it twice to twice.txt
+  move_only     (file_ops, 1)  drop/ holds one file; move it into keep/
+
 Each is graded by a test.sh (one file compared: no pytest start-up).
 """
 
@@ -118,4 +124,40 @@ def copy_pointer(rng: random.Random, seed: int) -> Task:
   )
 
 
-FAMILIES = {f.__name__: f for f in (read_note, find_ext, find_word, copy_pointer)}
+def peek_twice(rng: random.Random, seed: int) -> Task:
+  word = pseudo_word(rng)
+  return make_task(
+    "peek_twice",
+    seed,
+    "text",
+    1,
+    "The file source.txt holds one word. Write that word twice, separated by one space, to "
+    "twice.txt.",
+    'w=$(cat source.txt); echo "$w $w" > twice.txt',
+    "",
+    [("source.txt", f"{word}\n".encode())],
+    shell=_grade(_holds("twice.txt", f"{word} {word}")),
+    demo=("cat source.txt", f"echo {word} {word} > twice.txt"),
+  )
+
+
+def move_only(rng: random.Random, seed: int) -> Task:
+  name = f"{pseudo_word(rng)}.{rng.choice(_EXTS)}"
+  data = f"{pseudo_word(rng)}\n"
+  return make_task(
+    "move_only",
+    seed,
+    "file_ops",
+    1,
+    "The folder drop/ holds exactly one file. Move it into a new folder named keep/.",
+    "mkdir -p keep && mv drop/* keep/",
+    "",
+    [(f"drop/{name}", data.encode())],
+    shell=_grade(f"[ ! -e drop/{name} ] && {_holds(f'keep/{name}', data.strip())}"),
+    demo=("ls drop", f"mkdir -p keep && mv drop/{name} keep/"),
+  )
+
+
+FAMILIES = {
+  f.__name__: f for f in (read_note, find_ext, find_word, copy_pointer, peek_twice, move_only)
+}

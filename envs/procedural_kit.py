@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from envs.agents.tool_format import format_tool_call
 from envs.task import FileEntry, Task, TestSpec
 
 _CONS, _VOWELS = "bdfgklmnprstvz", "aeiou"
@@ -28,11 +29,14 @@ def unchanged_test(name: str, data: bytes) -> str:
 
 
 def make_task(
-  family, seed, domain, difficulty, instruction, solution, tests, files=(), mistakes=(), shell=""
-) -> Task:
+  family, seed, domain, difficulty, instruction, solution, tests, files=(), mistakes=(), shell="",
+  demo=(),
+) -> Task:  # fmt: skip
   """`tests`: a pytest body (test_task.py), or `shell`: a test.sh (runner `shell`) instead.
 
   `mistakes`: plausible wrong commands, the noisy teacher's (rl.warm_start.demonstrations).
+  `demo`: the teacher's shell commands, one per turn, when the demonstration is not the one-line
+  `solution` (a look-then-act demonstration: its second command uses what the first showed).
   """
   if shell:
     spec = TestSpec((FileEntry("test.sh", shell.encode(), 0o755),), runner="shell")
@@ -51,5 +55,13 @@ def make_task(
     test_timeout_s=60.0,
     source=f"procedural:{family}:{seed}",
     format="procedural",
-    metadata=(("teacher_mistakes", tuple(mistakes)),) if mistakes else (),
+    metadata=(
+      *((("teacher_mistakes", tuple(mistakes)),) if mistakes else ()),
+      *((("demo_actions", demo_actions(demo)),) if demo else ()),
+    ),
   )
+
+
+def demo_actions(commands) -> tuple[str, ...]:
+  """A demonstration as tool calls: a shell call per command, then `finish`."""
+  return (*(format_tool_call("shell", command=c) for c in commands), format_tool_call("finish"))

@@ -13,7 +13,9 @@ Named arms (`--arm=name:key=value,key=value`, crossed with the grid) compare dif
 in one sweep; `--eval=CMD` runs CMD (its `{workdir}` replaced by the run's folder, writing
 `{workdir}/eval`, e.g. `launch.eval --checkpoint={workdir} --out={workdir}/eval`) after each run
 finishes, then WORKDIR/compare.md and compare.png (launch.compare_evals) hold pass@k per run and
-family. A run counts as finished once both its summary.json and its eval exist.
+family. A run counts as finished once both its summary.json and its eval exist. In a value,
+`{sweep}` is the sweep directory: arms that start from an earlier arm's run (listed first; runs
+go in order with --parallel=1) name it `checkpoint={sweep}/warm`, one warm start for all.
 
   python -m launch.sweep --config=configs/smollm2_nodemo.py --workdir=/tmp/nodemo \
       --arm=warm:loop.steps=0 --arm=grpo:loop.seed=0 --arm=rft:loop.algorithm=rft \
@@ -165,7 +167,10 @@ def run_sweep(
     for combo in combinations(grid):
       name = ",".join(x for x in (arm, run_name(combo) if combo or not arm else "") if x)
       run_dir, label = root / name, {**({"arm": arm} if arm else {}), **combo}
-      jobs.append((run_dir, label, command(config, run_dir, {**common, **over, **combo})))
+      values = {
+        k: v.replace("{sweep}", str(root.resolve())) for k, v in {**common, **over, **combo}.items()
+      }
+      jobs.append((run_dir, label, command(config, run_dir, values)))
   rows, running = [], []
   env = dict(os.environ)
   env.setdefault("JAX_COMPILATION_CACHE_DIR", str(root / ".jax_cache"))

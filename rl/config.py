@@ -198,7 +198,9 @@ class EngineConfig:
 class Experiment:
   model: ModelConfig = ModelConfig()
   tokenizer: str = "byte"  # "byte" or a Hugging Face checkpoint folder
-  checkpoint: str = ""  # a Hugging Face checkpoint folder to start from ("": random init)
+  # To start from ("": random init): an HF folder, a named checkpoint, or another run's workdir
+  # (its latest checkpoint, LoRA merged: one warm start shared by a sweep's arms).
+  checkpoint: str = ""
   devices: int = 0  # devices for the training mesh (0: all)
   train: TrainConfig = TrainConfig()
   sft: SFTConfig = SFTConfig()

@@ -69,3 +69,30 @@ def test_nodemo_config_on_a_tiny_model(tmp_path, algorithm):
   else:
     assert len(trained) == exp.loop.batch_groups * exp.rollout.group_size
   assert dataclasses.asdict(exp)["loop"]["algorithm"] == algorithm
+
+
+def test_arms_start_from_one_warm_start_workdir(tmp_path):
+  """`checkpoint={sweep}/warm` (docs/results/nodemo.md): an arm skips the warm start and starts
+  from the warm run's latest checkpoint, whose weights are its frozen base under LoRA."""
+  import jax
+  import numpy as np
+
+  from rl.runtime import export
+
+  c = tiny_config()
+  c.env.tasks, c.loop.steps = smollm2_nodemo.get_config().env.tasks, 0
+  rl_run.run(rl_config.to_experiment(c), str(tmp_path / "warm"))
+  c.checkpoint, c.sft.steps, c.loop.steps, c.rollout.group_size = str(tmp_path / "warm"), 0, 1, 2
+  exp = rl_config.to_experiment(c)
+  assert rl_run.run(exp, str(tmp_path / "arm"))["step"] == 1
+  assert '"kind": "demonstrations"' not in (tmp_path / "arm" / "events.jsonl").read_text()
+  # LoRA: the arm's frozen base is the warm run's base (its untrained adapters are zero)
+  _, _, warm = export.load_params(tmp_path / "warm", export.pick_step(tmp_path / "warm"))
+  _, _, base = export.load_params(tmp_path / "arm", 1)
+  want, got = (dict(jax.tree_util.tree_leaves_with_path(t)) for t in (warm, base))
+  assert want.keys() == got.keys() and want
+  for k in want:
+    np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]), err_msg=str(k))
+  c.checkpoint = str(tmp_path / "nothing")
+  with pytest.raises(ValueError, match="not an HF folder"):
+    rl_run.preflight(rl_config.to_experiment(c))

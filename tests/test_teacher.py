@@ -80,6 +80,31 @@ def test_markdown_bash_demonstrations(episodes):
     assert said == tok.encode(want) + [tok.eos_id]
 
 
+def test_look_then_act_demonstrations(episodes):
+  """peek_twice / move_only (configs/smollm2_nodemo.py's D): two turns, the second command
+  built from what the first one showed, verified in the sandbox; the observation (not a loss
+  token) holds the word or file name the second action then uses."""
+  from envs.agents import markdown_bash as mb
+
+  tok, _ = episodes
+  acfg = agent.AgentConfig(
+    max_turns=3, max_new_tokens=96, max_context_tokens=512, protocol="markdown_bash"
+  )
+  eps = SandboxEpisodes(None, agent.make_format("markdown_bash", tok, "One bash block."), acfg)
+  tasks = [procedural.generate(f, s) for f in ("peek_twice", "move_only") for s in range(2)]
+  demos = warm_start.demonstrations(tasks, eps, tok, workers=2, protocol="markdown_bash")
+  assert len(demos) == 4 and all(d["passed"] for d in demos)
+  for d, t in zip(demos, tasks, strict=True):
+    seen = t.workspace_files[0]  # source.txt's word, or drop/'s one file
+    shown = seen.data.decode().strip() if t.id.startswith("procedural/peek") else seen.path[5:]
+    text = tok.decode(d["tokens"])
+    said = tok.decode([x for x, m in zip(d["tokens"], d["loss_mask"], strict=True) if m])
+    assert said.count("```bash") == 2 and said.count(mb.SENTINEL) == 1
+    first, second = said.split("```bash")[1:]
+    assert shown not in first and shown in second  # the act uses what the look showed
+    assert text.index(shown) < text.index(second.strip()[:10])  # shown in an observation first
+
+
 def test_write_file_as_a_shell_command(tmp_path):
   import subprocess
 

@@ -40,10 +40,10 @@ def model_config(exp):
   """The run's model: its config, or the HF checkpoint's it started from."""
   if not exp.checkpoint:
     return exp.model
-  from models.io import checkpoints
   from models.io.hf_config import config_from_hf
 
-  file = checkpoints.resolve(exp.checkpoint) / "config.json"  # a folder or a named checkpoint
+  # an HF folder, a named checkpoint, or another run's workdir (its export)
+  file = pathlib.Path(resolve_checkpoint(exp.checkpoint)) / "config.json"
   return config_from_hf(json.loads(file.read_text()), file)
 
 

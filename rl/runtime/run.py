@@ -33,6 +33,7 @@ from rl.runtime import multihost
 from rl.runtime.buffer import StalenessBuffer
 from rl.runtime.checkpoint import Checkpointer
 from rl.runtime.evaluation import evaluate
+from rl.runtime.export import CheckpointError, pick_step, resolve_checkpoint
 from rl.runtime.replica import Replica, load_tokenizer, tokenizer_corpus
 from rl.runtime.rollout import RolloutManager
 from rl.runtime.task_sources import make_task_source, parse_mixed, parse_split
@@ -55,7 +56,8 @@ def _initial_params(exp: Experiment, tok):
     from models.io import hf
 
     # Remat is a run-time choice, not the checkpoint's (model.remat; the rest comes from it).
-    return hf.load(exp.checkpoint, remat=exp.model.remat)
+    # Another run's workdir starts from its latest checkpoint (exported once, LoRA merged).
+    return hf.load(resolve_checkpoint(exp.checkpoint), remat=exp.model.remat)
   from models import transformer
 
   if tok is not None and exp.model.vocab_size < tok.vocab_size:
@@ -70,8 +72,17 @@ def preflight(exp: Experiment) -> None:
   check_names(exp)
   from models.io import checkpoints  # a named checkpoint (smollm2-135m-instruct): its folder
 
-  if exp.checkpoint and not (checkpoints.resolve(exp.checkpoint) / "config.json").is_file():
-    raise ValueError(f"checkpoint: {exp.checkpoint}: not an HF folder (no config.json)")
+  ckpt = checkpoints.resolve(exp.checkpoint) if exp.checkpoint else None
+  if ckpt and not ((ckpt / "config.json").is_file() or (ckpt / "experiment.json").is_file()):
+    raise ValueError(
+      f"checkpoint: {exp.checkpoint}: not an HF folder (no config.json) or a run's workdir "
+      "(no experiment.json)"
+    )
+  if ckpt and (ckpt / "experiment.json").is_file():
+    try:
+      pick_step(ckpt)
+    except CheckpointError as e:
+      raise ValueError(f"checkpoint: {e}") from None
   tok = exp.tokenizer
   if not (
     tok == "byte"

@@ -5,8 +5,8 @@ r"""RL where demonstrations do not exist: SmolLM2-135M-Instruct on a split of ta
       --config.loop.algorithm=rft
 
 The families (envs/procedural.py, envs/procedural_explore.py; rl.runtime.task_sources.SplitTasks):
-  D (format): echo_word, sort_unique, count_level, json_select (one turn), peek_twice, move_only
-    (look, then act on what was seen: two turns). The warm start's demonstrations come from
+  D (format): echo_word, count_level (one turn), peek_twice, move_only (look at what the
+    instruction names, then act on what was seen: two turns). The warm start's demonstrations come from
     these only: they teach the markdown-bash reply, the sentinel and the look-then-act protocol.
   N (training, no demonstrations): read_note, find_ext, find_word. Multi-turn and
     observation-dependent (the answer is in a file the agent must read or find first). RL and
@@ -27,7 +27,7 @@ same for every arm and seed.
 
 from configs import smollm2
 
-D = "echo_word,sort_unique,count_level,json_select,peek_twice,move_only"
+D = "echo_word,count_level,peek_twice,move_only"
 N = "read_note,find_ext,find_word"
 U = "copy_pointer,rename_ext"
 
@@ -38,9 +38,10 @@ def get_config():
   e.tasks = f"split:D={D};N={N};U={U}"
   e.eval_tasks = 4  # per N and U family: 12 held-out N tasks, 8 U tasks
   e.train_pool_size = 64  # tasks per N family in the pool (and per D family for demos)
-  # The warm start: 192 of D's 384 pool tasks (about 32 per family), 8 steps of 16. Without the
-  # two-turn families (4 one-turn families, 6 steps) the warm start answered in 1.1 turns and
-  # passed 0 of 160 held-out N and U trials (docs/results/nodemo.md): no signal for RL.
+  # The warm start: 192 of D's 256 pool tasks (about 48 per family), 8 steps of 16. With four
+  # one-turn families it answered in 1.1 turns; with two look families of fixed file names
+  # beside them, it looked (1.8 turns) at the wrong thing; both passed 0 of 160 held-out N and
+  # U trials (docs/results/nodemo.md): no signal for RL.
   c.sft.demos, c.sft.steps = 192, 8
   r = c.rollout
   r.group_size = 8  # 8 samples per task: a warm start near pass@8 ~0.3 still gets signal

@@ -13,8 +13,10 @@ families' warm start, configs/smollm2_nodemo.py) fails them until it learns to e
 Two look-then-act format families carry a two-turn demonstration (`demo_actions`: look, then a
 command built from what the look showed), for a warm start that teaches the looking protocol on
 tasks unlike the ones above (configs/smollm2_nodemo.py's D):
-  peek_twice    (text, 1)      source.txt holds a word; write it twice to twice.txt
-  move_only     (file_ops, 1)  drop/ holds one file; move it into keep/
+  peek_twice    (text, 1)      a named file holds a word; write it twice to another named file
+  move_only     (file_ops, 1)  a named folder holds one file; move it into another named folder
+(the names vary per task, so a demonstration teaches "look at what the instruction names, then
+use what you saw", not one fixed command).
 
 Each is graded by a test.sh (one file compared: no pytest start-up).
 """
@@ -125,36 +127,36 @@ def copy_pointer(rng: random.Random, seed: int) -> Task:
 
 
 def peek_twice(rng: random.Random, seed: int) -> Task:
-  word = pseudo_word(rng)
+  word, src, out = pseudo_word(rng), *distinct_words(rng, 2)
+  src, out = f"{src}.{rng.choice(_EXTS)}", f"{out}.txt"
   return make_task(
     "peek_twice",
     seed,
     "text",
     1,
-    "The file source.txt holds one word. Write that word twice, separated by one space, to "
-    "twice.txt.",
-    'w=$(cat source.txt); echo "$w $w" > twice.txt',
+    f"The file {src} holds one word. Write that word twice, separated by one space, to {out}.",
+    f'w=$(cat {src}); echo "$w $w" > {out}',
     "",
-    [("source.txt", f"{word}\n".encode())],
-    shell=_grade(_holds("twice.txt", f"{word} {word}")),
-    demo=("cat source.txt", f"echo {word} {word} > twice.txt"),
+    [(src, f"{word}\n".encode())],
+    shell=_grade(_holds(out, f"{word} {word}")),
+    demo=(f"cat {src}", f"echo {word} {word} > {out}"),
   )
 
 
 def move_only(rng: random.Random, seed: int) -> Task:
-  name = f"{pseudo_word(rng)}.{rng.choice(_EXTS)}"
-  data = f"{pseudo_word(rng)}\n"
+  src, dst, base = distinct_words(rng, 3)
+  name, data = f"{base}.{rng.choice(_EXTS)}", f"{pseudo_word(rng)}\n"
   return make_task(
     "move_only",
     seed,
     "file_ops",
     1,
-    "The folder drop/ holds exactly one file. Move it into a new folder named keep/.",
-    "mkdir -p keep && mv drop/* keep/",
+    f"The folder {src}/ holds exactly one file. Move it into a new folder named {dst}/.",
+    f"mkdir -p {dst} && mv {src}/* {dst}/",
     "",
-    [(f"drop/{name}", data.encode())],
-    shell=_grade(f"[ ! -e drop/{name} ] && {_holds(f'keep/{name}', data.strip())}"),
-    demo=("ls drop", f"mkdir -p keep && mv drop/{name} keep/"),
+    [(f"{src}/{name}", data.encode())],
+    shell=_grade(f"[ ! -e {src}/{name} ] && {_holds(f'{dst}/{name}', data.strip())}"),
+    demo=(f"ls {src}", f"mkdir -p {dst} && mv {src}/{name} {dst}/"),
   )
 
 

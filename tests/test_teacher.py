@@ -87,16 +87,17 @@ def test_look_then_act_demonstrations(episodes):
   from envs.agents import markdown_bash as mb
 
   tok, _ = episodes
-  acfg = agent.AgentConfig(
-    max_turns=3, max_new_tokens=96, max_context_tokens=512, protocol="markdown_bash"
+  acfg = agent.AgentConfig(  # byte tokens: the longest act with its sentinel is ~100
+    max_turns=3, max_new_tokens=160, max_context_tokens=640, protocol="markdown_bash"
   )
   eps = SandboxEpisodes(None, agent.make_format("markdown_bash", tok, "One bash block."), acfg)
   tasks = [procedural.generate(f, s) for f in ("peek_twice", "move_only") for s in range(2)]
   demos = warm_start.demonstrations(tasks, eps, tok, workers=2, protocol="markdown_bash")
   assert len(demos) == 4 and all(d["passed"] for d in demos)
   for d, t in zip(demos, tasks, strict=True):
-    seen = t.workspace_files[0]  # source.txt's word, or drop/'s one file
-    shown = seen.data.decode().strip() if t.id.startswith("procedural/peek") else seen.path[5:]
+    seen = t.workspace_files[0]  # the named file's word, or the named folder's one file
+    peek = t.id.startswith("procedural/peek")
+    shown = seen.data.decode().strip() if peek else seen.path.split("/", 1)[1]
     text = tok.decode(d["tokens"])
     said = tok.decode([x for x, m in zip(d["tokens"], d["loss_mask"], strict=True) if m])
     assert said.count("```bash") == 2 and said.count(mb.SENTINEL) == 1

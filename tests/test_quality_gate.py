@@ -218,3 +218,37 @@ def test_check_tasks_broken_task_is_a_quarantined_failure(tmp_path):
   q = json.loads((out / "quarantine.json").read_text())["tasks"]
   assert list(q) == ["s/broken"] and "invalid TOML" in q["s/broken"]["reason"]
   assert not (root / "quarantine.json").exists()  # never into the task folder by default
+
+
+def test_gate_outlives_a_sandbox_that_dies(tmp_path, monkeypatch):
+  """The gate's sandbox lives as long as all of its runs (one episode's budget each: on a
+  loaded machine twenty runs outlived one budget and the next restore found pid 1 gone), and a
+  sandbox that dies anyway (killed here from the host after the no-op run, as an OOM kill
+  would) is replaced by a fresh one for the runs left: the report is that of a healthy task."""
+  import os
+  import signal
+
+  from envs.grading import quality
+
+  task = load_any(make(tmp_path, "t", "def test_ok():\n  assert (WS / 'out.txt').exists()\n"))
+  opened, real_open, real_play = [], quality.open_task_sandbox, quality.play
+
+  def open_and_record(*a, **kw):
+    ts = real_open(*a, **kw)
+    opened.append(ts.spec.episode_timeout_s)
+    return ts
+
+  def play_then_kill(ts, agent, *a, **kw):
+    out = real_play(ts, agent, *a, **kw)
+    if agent.name == "null":
+      os.kill(ts.sandbox.pid1, signal.SIGKILL)
+    return out
+
+  monkeypatch.setattr(quality, "open_task_sandbox", open_and_record)
+  monkeypatch.setattr(quality, "play", play_then_kill)
+  cfg = GateConfig(k=1, hacks=("plant_reward",))
+  rep = gate_task(task, cfg)
+  assert rep.ok and rep.infra_error is None, (rep.reasons, rep.infra_error)
+  assert [r.agent for r in rep.runs] == ["oracle", "null", "hack:plant_reward"]
+  per_run = quality.task_spec(task).episode_timeout_s
+  assert opened == [3 * per_run, 3 * per_run]  # the first died after run 2: a second one

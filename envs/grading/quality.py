@@ -31,7 +31,7 @@ from envs.grading.scoring import GradeResult
 from envs.grading.verifier import Verifier, VerifierConfig
 from envs.sandbox.base import SandboxError
 from envs.task import Task
-from envs.task_env import TaskSandbox, TaskSetupError, open_task_sandbox
+from envs.task_env import TaskSandbox, TaskSetupError, open_task_sandbox, task_spec
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,8 @@ def _one_run(ts: TaskSandbox, agent, verifier: Verifier) -> RunRecord:
 def _judge(runs: Sequence[RunRecord], cfg: GateConfig) -> tuple[list[str], str | None]:
   reasons, infra = [], None
   oracle = [r for r in runs if r.agent == "oracle"]
-  for r in runs:
-    if r.failure_mode in ("sandbox_error", "infra_error"):
+  for r in runs:  # a hack that kills its own sandbox (fill_disk's OOM) did not pass: no infra
+    if r.failure_mode in ("sandbox_error", "infra_error") and not r.agent.startswith("hack:"):
       infra = f"{r.agent}: {r.failure_mode}: {r.detail[-300:]}"
   if infra:
     return reasons, infra
@@ -184,6 +184,34 @@ def _judge(runs: Sequence[RunRecord], cfg: GateConfig) -> tuple[list[str], str |
   return reasons, None
 
 
+def _run_all(task: Task, cfg: GateConfig, verifier: Verifier, runs: list[RunRecord]) -> None:
+  """Every agent of the gate in one sandbox, restored to its pristine snapshot between runs;
+  a sandbox a run left dead (a hack that filled its memory, say) is replaced by a fresh one.
+
+  The sandbox lives long enough for all of them (a task's sandbox lives one episode's budget:
+  on a loaded machine twenty runs outlived it, and the next restore found pid 1 gone)."""
+  agents = _agents(cfg)
+  life = task_spec(task, cfg.image).episode_timeout_s * len(agents)
+  ts = None
+  try:
+    for agent in agents:
+      if ts is not None:
+        try:
+          ts.reset()
+        except SandboxError:  # died in the run before, or while being restored
+          ts.close()
+          ts = None
+      if ts is None:
+        ts = open_task_sandbox(task, cfg.backend, cfg.image, True, episode_timeout_s=life)
+      runs.append(_one_run(ts, agent, verifier))
+      if not ts.sandbox.alive:
+        ts.close()
+        ts = None
+  finally:
+    if ts is not None:
+      ts.close()
+
+
 def gate_task(task: Task, cfg: GateConfig = GateConfig()) -> TaskGateReport:
   """Runs the whole gate for one task in one sandbox (snapshot/restore between runs)."""
   t0 = time.monotonic()
@@ -194,11 +222,7 @@ def gate_task(task: Task, cfg: GateConfig = GateConfig()) -> TaskGateReport:
   for attempt in range(cfg.infra_retries + 1):
     runs: list[RunRecord] = []
     try:
-      with open_task_sandbox(task, cfg.backend, cfg.image, snapshot=True) as ts:
-        for i, agent in enumerate(_agents(cfg)):
-          if i:
-            ts.reset()
-          runs.append(_one_run(ts, agent, verifier))
+      _run_all(task, cfg, verifier, runs)
     except TaskSetupError as e:
       return TaskGateReport(
         task.id,

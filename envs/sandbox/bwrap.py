@@ -333,6 +333,8 @@ class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
       rc = common.normalize_rc(p.wait())
       p.stdout.close()
       p.stderr.close()
+    if rc != 0 and not os.path.exists(f"/proc/{self.pid1}/ns/mnt"):  # pid 1 exited (or is
+      bwrap_host.readable(self._pidfd, 5)  # exiting): wait for it, then say the sandbox died
     self._check_open()
     common.check_transfer(out, cap, argv)
     if hit:

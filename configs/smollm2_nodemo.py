@@ -38,11 +38,11 @@ def get_config():
   e.tasks = f"split:D={D};N={N};U={U}"
   e.eval_tasks = 4  # per N and U family: 12 held-out N tasks, 8 U tasks
   e.train_pool_size = 64  # tasks per N family in the pool (and per D family for demos)
-  # The warm start: 192 of D's 256 pool tasks (about 48 per family), 8 steps of 16. With four
-  # one-turn families it answered in 1.1 turns; with two look families of fixed file names
-  # beside them, it looked (1.8 turns) at the wrong thing; both passed 0 of 160 held-out N and
-  # U trials (docs/results/nodemo.md): no signal for RL.
-  c.sft.demos, c.sft.steps = 192, 8
+  # The warm start: all 256 of D's pool tasks, 16 steps of 16. With four one-turn families
+  # it answered in 1.1 turns; with two look families of fixed file names beside them, it looked
+  # (1.8 turns) at the wrong thing; both passed 0 of 160 held-out N and U trials. With varied
+  # names and 8 steps: N pass@8 0.083, and GRPO's groups were all-fail (docs/results/nodemo.md).
+  c.sft.demos, c.sft.steps = 256, 16
   r = c.rollout
   r.group_size = 8  # 8 samples per task: a warm start near pass@8 ~0.3 still gets signal
   lp = c.loop

@@ -160,8 +160,8 @@ def _one_run(ts: TaskSandbox, agent, verifier: Verifier) -> RunRecord:
 def _judge(runs: Sequence[RunRecord], cfg: GateConfig) -> tuple[list[str], str | None]:
   reasons, infra = [], None
   oracle = [r for r in runs if r.agent == "oracle"]
-  for r in runs:  # a hack that kills its own sandbox (fill_disk's OOM) did not pass: no infra
-    if r.failure_mode in ("sandbox_error", "infra_error") and not r.agent.startswith("hack:"):
+  for r in runs:
+    if r.failure_mode in ("sandbox_error", "infra_error"):
       infra = f"{r.agent}: {r.failure_mode}: {r.detail[-300:]}"
   if infra:
     return reasons, infra

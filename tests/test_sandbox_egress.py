@@ -200,7 +200,7 @@ def test_machine_sources_follow_pip_and_apt_config(tmp_path, monkeypatch):
   code = egress_sources.apt_sources.host_codename()
   apt = tmp_path / "apt"
   (apt / "sources.list.d").mkdir(parents=True)
-  (apt / "sources.list").write_text(f"deb http://deb.invalid/debian {code} main\n")
+  (apt / "sources.list").write_text(f"deb http://apt-one.invalid/repo {code} main\n")
   (apt / "sources.list.d/x.sources").write_text(
     f"Types: deb\nURIs: https://sec.invalid:8443/d file:///srv/apt\nSuites: {code}\n"
     "Components: main\n\nTypes: deb\nURIs: http://other.invalid/d\nSuites: no-such-release\n"
@@ -213,14 +213,14 @@ def test_machine_sources_follow_pip_and_apt_config(tmp_path, monkeypatch):
   )
   assert src.pip_find_links == (f"{tmp_path}/wheels",)
   assert src.apt_uris == (
-    "http://deb.invalid/debian",
+    "http://apt-one.invalid/repo",
     "https://sec.invalid:8443/d",
     "file:///srv/apt",
   )
   assert src.endpoints() == {
     ("idx.invalid", 8080),
     ("more.invalid", 443),
-    ("deb.invalid", 80),
+    ("apt-one.invalid", 80),
     ("sec.invalid", 8443),
   }
   assert src.folders() == (f"{tmp_path}/wheels",)  # /srv/... do not exist here

@@ -52,6 +52,10 @@ def define_flags() -> None:
     "eval", None, "Shell command run after each finished run, {workdir} replaced by the run's "
     "folder; it writes {workdir}/eval (launch.eval --out). Then compare.md/.png compare them.",
   )  # fmt: skip
+  flags.DEFINE_string(
+    "sets", "", "Named sets of families for compare.md/.png (launch.compare_evals --sets), e.g. "
+    "N=read_note+find_ext,U=rename_ext.",
+  )  # fmt: skip
   flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -154,7 +158,7 @@ def finished_line(row: dict, done: int, total: int) -> str:
 
 def run_sweep(
   config: str, workdir: str, grid, common: dict[str, str], parallel: int = 1, arms=None,
-  eval_cmd: str | None = None,
+  eval_cmd: str | None = None, sets: str = "",
 ):  # fmt: skip
   """Runs every arm x combination (then `eval_cmd` on each); returns the result rows (also
   written as csv/md/png, and compare.md/png of the evals)."""
@@ -162,15 +166,7 @@ def run_sweep(
   check_fields(config, [*common, *(k for k, _ in grid), *(k for _, a in arms for k in a)])
   root = pathlib.Path(workdir)
   root.mkdir(parents=True, exist_ok=True)
-  jobs = []
-  for arm, over in arms:
-    for combo in combinations(grid):
-      name = ",".join(x for x in (arm, run_name(combo) if combo or not arm else "") if x)
-      run_dir, label = root / name, {**({"arm": arm} if arm else {}), **combo}
-      values = {
-        k: v.replace("{sweep}", str(root.resolve())) for k, v in {**common, **over, **combo}.items()
-      }
-      jobs.append((run_dir, label, command(config, run_dir, values)))
+  jobs = plan(config, root, grid, common, arms)
   rows, running = [], []
   env = dict(os.environ)
   env.setdefault("JAX_COMPILATION_CACHE_DIR", str(root / ".jax_cache"))
@@ -201,8 +197,23 @@ def run_sweep(
   rows.sort(key=lambda r: [j[0].name for j in jobs].index(r["run"]))
   write_results(root, rows, [j[0] for j in jobs])
   if eval_cmd:
-    compare_runs(root, [j[0] for j in jobs])
+    compare_runs(root, [j[0] for j in jobs], sets)
   return rows
+
+
+def plan(config: str, root: pathlib.Path, grid, common: dict[str, str], arms) -> list[tuple]:
+  """[(run folder, label, launch.train command)] per arm x grid combination, in order; `{sweep}`
+  in a value becomes the sweep folder (absolute)."""
+  jobs = []
+  for arm, over in arms:
+    for combo in combinations(grid):
+      name = ",".join(x for x in (arm, run_name(combo) if combo or not arm else "") if x)
+      run_dir, label = root / name, {**({"arm": arm} if arm else {}), **combo}
+      values = {
+        k: v.replace("{sweep}", str(root.resolve())) for k, v in {**common, **over, **combo}.items()
+      }
+      jobs.append((run_dir, label, command(config, run_dir, values)))
+  return jobs
 
 
 def _evaluated(run_dir: pathlib.Path) -> bool:
@@ -225,16 +236,18 @@ def _start(run_dir: pathlib.Path, cmd, eval_cmd, env):
   )
 
 
-def compare_runs(root: pathlib.Path, run_dirs) -> None:
-  """compare.md and compare.png (launch.compare_evals) over the runs' evals that exist."""
+def compare_runs(root: pathlib.Path, run_dirs, sets: str = "") -> None:
+  """compare.md and compare.png (launch.compare_evals) over the runs' evals that exist; `sets`
+  as compare_evals' --sets (a column and a plot panel each)."""
   from launch import compare_evals
 
   runs = {d.name: compare_evals.load(str(d / "eval")) for d in run_dirs if _evaluated(d)}
   if not runs:
     return
-  ks, curves, lines = compare_evals.compare(runs, "family")
+  named = compare_evals.parse_sets(sets)
+  ks, curves, lines = compare_evals.compare(runs, "family", named)
   (root / "compare.md").write_text("\n".join(lines) + "\n")
-  compare_evals.plot(ks, curves, str(root / "compare.png"))
+  compare_evals.plot(ks, curves, str(root / "compare.png"), tuple(named) or ("all",))
 
 
 def write_results(root: pathlib.Path, rows: list[dict], run_dirs) -> None:
@@ -284,7 +297,7 @@ def main(argv):
   common = dict(kv.split("=", 1) for kv in FLAGS.set)
   rows = run_sweep(
     FLAGS.config, FLAGS.workdir, parse_grid(FLAGS.grid), common, FLAGS.parallel,
-    parse_arms(FLAGS.arm), FLAGS.eval,
+    parse_arms(FLAGS.arm), FLAGS.eval, FLAGS.sets,
   )  # fmt: skip
   print((pathlib.Path(FLAGS.workdir) / "results.md").read_text())
   compare = pathlib.Path(FLAGS.workdir) / "compare.md"

@@ -45,6 +45,32 @@ def test_hand_computed_pass_at_k_and_table(tmp_path):
   assert out.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_sets_and_seed_means(tmp_path):
+  a0 = _write(tmp_path, "a0", {"procedural/echo_word-1": [True, False], "procedural/find_ext-2": [False] * 2,
+                               "procedural/rename_ext-3": [True, True]})  # fmt: skip
+  a1 = _write(tmp_path, "a1", {"procedural/echo_word-1": [True, True], "procedural/find_ext-2": [True, False],
+                               "procedural/rename_ext-3": [False, False]})  # fmt: skip
+  runs = {"A": [compare_evals.load(a0), compare_evals.load(a1)], "A0": compare_evals.load(a0)}
+  sets = compare_evals.parse_sets("N=echo_word+find_ext,U=rename_ext")
+  assert sets == {"N": ["echo_word", "find_ext"], "U": ["rename_ext"]}
+  ks, curves, lines = compare_evals.compare(runs, "family", sets)
+  # seed 0: N pass@1 (1/2 + 0)/2 = 1/4; seed 1: (1 + 1/2)/2 = 3/4; the mean 1/2.
+  assert curves["A0"]["N"][1] == pytest.approx(0.25)
+  assert curves["A"]["N"][1] == pytest.approx(0.5)
+  # U pass@2: seed 0 1, seed 1 0.
+  assert curves["A"]["U"] == pytest.approx({1: 0.5, 2: 0.5})
+  assert lines[0].startswith(
+    "| run | pass@1 | pass@2 | N (pass@1 / pass@2) | U (pass@1 / pass@2) | echo_word"
+  )
+  out = tmp_path / "s.png"
+  compare_evals.plot(ks, curves, str(out), tuple(sets))
+  assert out.read_bytes()[:4] == b"\x89PNG"
+  with pytest.raises(ValueError, match="N names \\['nope'\\]"):
+    compare_evals.compare(runs, "family", {"N": ["nope"]})
+  with pytest.raises(ValueError, match="--sets: expected name=group"):
+    compare_evals.parse_sets("N")
+
+
 def test_cli_errors_name_the_file(tmp_path):
   p = subprocess.run(
     [sys.executable, "-m", "launch.compare_evals", f"--runs=x={tmp_path}"],

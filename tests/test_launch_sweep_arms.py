@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-from launch.sweep import parse_arms
+from launch.sweep import parse_arms, plan
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SETS = {
@@ -50,6 +50,20 @@ def test_parse_arms():
       assert "--arm" in str(e)
     else:
       raise AssertionError(f"{bad} was accepted")
+
+
+def test_plan_substitutes_the_sweep_folder(tmp_path):
+  arms = parse_arms(["warm:loop.steps=0", "grpo:checkpoint={sweep}/warm,sft.steps=0"])
+  jobs = plan(
+    "configs/toy.py", tmp_path / "s", [("loop.seed", ["0", "1"])], {"sft.demos": "2"}, arms
+  )
+  names = [d.name for d, _, _ in jobs]
+  assert names == ["warm,seed=0", "warm,seed=1", "grpo,seed=0", "grpo,seed=1"]
+  grpo = jobs[2][2]
+  assert f"--config.checkpoint={(tmp_path / 's').resolve()}/warm" in grpo
+  assert "--config.sft.steps=0" in grpo and "--config.sft.demos=2" in grpo
+  assert f"--workdir={tmp_path / 's' / 'grpo,seed=0'}" in grpo
+  assert not any("{sweep}" in a for _, _, cmd in jobs for a in cmd)
 
 
 def test_sweep_arms_each_evaluated_then_compared(tmp_path):

@@ -44,8 +44,9 @@ from envs.grading.scoring import (
   score_pytest,
   score_shell,
 )
-from envs.sandbox import system_guard
+from envs.sandbox import genuine, system_guard
 from envs.sandbox.base import Sandbox, SandboxError, SandboxExhaustedError
+from envs.sandbox.rootview import RootView
 from envs.task import FileEntry, Task
 from envs.task_env import (
   TaskSandbox,
@@ -89,13 +90,19 @@ def _decoded(b64: str | None) -> str:
     return ""
 
 
-def system_flags(sb: Sandbox, baseline: dict[str, str] | None) -> list[str]:
-  """`tamper:system_modified:...` when the agent changed what the grader runs in the sandbox
-  (pytest, python, bash, the loader: a writable root in container mode), read host-side."""
+def system_flags(sb: Sandbox, baseline: dict[str, str] | None) -> tuple[list[str], list[str]]:
+  """(`tamper:system_modified:...` when the agent changed what the grader runs in the sandbox
+  (pytest, python, bash, the loader: a writable root in container mode), read host-side;
+  notes on packages that could not be verified). With package egress, a genuine package's
+  files are no change (genuine.py)."""
   now = sb.system_fingerprint() if baseline is not None else None
   diff = system_guard.changed(baseline, now) if now is not None else []
+  sources, notes = sb.package_sources() if diff else None, []
+  layers = sb.system_layers() if sources is not None else None
+  if layers is not None:
+    diff, notes = genuine.excuse(diff, baseline, now, RootView(*layers), sources)
   more = f"(+{len(diff) - 3})" if len(diff) > 3 else ""
-  return [f"tamper:system_modified:{','.join(diff[:3])}{more}"] if diff else []
+  return ([f"tamper:system_modified:{','.join(diff[:3])}{more}"] if diff else []), notes
 
 
 class Verifier:
@@ -163,8 +170,10 @@ class Verifier:
     tdir, ldir = f"{gdir}/tests", f"{gdir}/logs"
     neutralize_login(sb)
     kill_strays(sb, backstop=False)  # the prepare script runs KILL_STRAYS as the backstop
-    if bad := system_flags(sb, system):  # nothing the sandbox runs can be trusted now
+    bad, notes = system_flags(sb, system)
+    if bad:  # nothing the sandbox runs can be trusted now
       why = "the agent changed what the grader runs in the sandbox (python, pytest, bash, libs)"
+      why += "".join(f"; {n}" for n in notes[:5])
       return GradeResult(task.id, False, 0.0, "tamper", flags=tuple(bad), detail=why)
     flags = self._prepare(sb, task, baseline, gdir, nonce)
     if flags is None:

@@ -134,6 +134,16 @@ class Sandbox(abc.ABC):
     (system_guard.py); None where the root is read-only (the agent cannot change them)."""
     return None
 
+  def system_layers(self) -> tuple[str, tuple[str, ...]] | None:
+    """(writable layer, the image's layers top first) as host folders, where the host can
+    read them (container mode); None elsewhere."""
+    return None
+
+  def package_sources(self):
+    """The PackageSources this sandbox could reach (network="packages"), else None."""
+    egress = getattr(self, "egress", None)
+    return egress.sources if egress is not None else None
+
   def run_as(self, user: str) -> None:
     """Later execs and file transfers run as `user`, a Dockerfile USER resolved as Docker does
     against the sandbox's own /etc/passwd and /etc/group (created by its set-up, which ran as

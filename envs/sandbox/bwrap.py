@@ -390,6 +390,12 @@ class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
       out.update(system_guard.fingerprint(f"/proc/self/fd/{self._upper}/u", lowers))
     return out
 
+  def system_layers(self) -> tuple[str, tuple[str, ...]] | None:
+    if self.spec.mode != "container" or not self._root:
+      return None
+    self._check_open()
+    return f"/proc/self/fd/{self._upper}/u", (str(self._rootfs),)
+
   def kill_strays(self) -> None:
     self._check_open()
     if self._cg is not None and self._cg.kill_leaves(spare="init"):

@@ -344,6 +344,12 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
     self._check_open()
     return docker_layer.fingerprint(self.api, self.id)
 
+  def system_layers(self) -> tuple[str, tuple[str, ...]] | None:
+    if self.spec.mode != "container":
+      return None
+    self._check_open()
+    return docker_layer.layers(self.api, self.id)
+
   def pids_stats(self) -> tuple[int, int] | None:
     """(tasks now, forks refused at the pids limit), read from the container's cgroup."""
     _, text, _ = self._run(["/bin/sh", "-c", _PIDS])

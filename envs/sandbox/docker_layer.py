@@ -84,14 +84,21 @@ def release_layer(d: pathlib.Path | None) -> None:
     subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
+def layers(api, cid: str) -> tuple[str, tuple[str, ...]] | None:
+  """(UpperDir, LowerDirs top first) of the container, None when not on this host."""
+  upper = upper_dir(api, cid)
+  if upper is None:
+    return None
+  data = api.inspect_container(cid)["GraphDriver"].get("Data") or {}
+  return str(upper), tuple(d for d in (data.get("LowerDir") or "").split(":") if d)
+
+
 def fingerprint(api, cid: str) -> dict[str, str]:
   """system_guard's fingerprint of the container's writable layer (the daemon's diff when the
   layer is not on this host: paths and change kinds only)."""
-  upper = upper_dir(api, cid)
-  if upper is not None:
-    data = api.inspect_container(cid)["GraphDriver"].get("Data") or {}
-    lowers = tuple(d for d in (data.get("LowerDir") or "").split(":") if d)
-    return system_guard.fingerprint(str(upper), lowers)
+  found = layers(api, cid)
+  if found is not None:
+    return system_guard.fingerprint(*found)
   try:
     changes = api.diff(cid) or []
   except Exception as e:  # noqa: BLE001

@@ -14,7 +14,8 @@ reach), and an innocent run of Python as root writes them. /usr/local/bin comes 
 PATH: an entry there counts when it replaces a file of the image or shadows a command the
 image has in a system folder (`cat`, `tar`, `python3`); a new tool of its own (what `pip
 install` as root writes there) does not. `mounts` adds the sandbox's mount table, so a mount
-made after set-up (over the test framework, say) shows as a change too.
+made after set-up (over the test framework, say) shows as a change too. With package egress,
+genuine.py excuses the changes the host proves are a genuine package's files.
 """
 
 from __future__ import annotations
@@ -93,8 +94,11 @@ def fingerprint(upper: str, lowers: tuple[str, ...] | None = None) -> dict[str, 
   for top, dirs, files in os.walk(upper):  # never follows links
     rel_top = os.path.relpath(top, upper)
     rel_top = "" if rel_top == "." else rel_top
-    dirs[:] = [d for d in dirs if d != "__pycache__"]
-    for name in files:  # folders: copied up when a child changes; a content change is a file
+    # a link to a folder is listed with the folders (the host's own folder, when its target
+    # exists here) but never walked: it is an entry like a file
+    links = [d for d in dirs if os.path.islink(os.path.join(top, d))]
+    dirs[:] = [d for d in dirs if d != "__pycache__" and d not in links]
+    for name in files + links:  # folders: copied up when a child changes
       if name.endswith(".pyc"):
         continue
       rel = f"{rel_top}/{name}" if rel_top else name

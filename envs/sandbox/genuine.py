@@ -1,0 +1,153 @@
+"""Which changed system paths are a genuine package's files: the tamper scan's one exemption.
+
+With package egress (`network="packages"`) a task's own solution may `pip install` or
+`apt-get install`, which writes below the paths system_guard protects. Nothing the sandbox
+says about it can be trusted (the agent is root: it can forge dist-info RECORDs and dpkg's
+status), so the host proves each change itself: it fetches the claimed wheel or .deb from the
+sources the sandbox was given (genuine_pip.py, genuine_apt.py) and a changed path is excused
+only when its content, or its link target, equals that package's file at the same path.
+Besides those: pip's own metadata inside a verified dist-info; a link into /etc/alternatives
+whose chain ends, inside the sandbox's root, at a path of the image, unchanged since set-up or
+itself genuine; and /etc/ld.so.cache when every library it lists lies below a protected
+prefix (so each of those is checked in turn). A genuine `.pth` that runs code (an `import`
+line) and every deletion stay flagged; a package the host cannot fetch leaves a note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import stat
+import struct
+
+from envs.sandbox import genuine_apt, genuine_pip, system_guard
+from envs.sandbox.egress_sources import PackageSources
+from envs.sandbox.rootview import RootView
+
+LD_CACHE = "etc/ld.so.cache"
+_LD_MAGIC = b"glibc-ld.so.cache1.1"
+_LD_HEADER, _LD_ENTRY = 48, 24  # glibc's cache_file_new and file_entry_new
+
+
+def cache_dir() -> str:
+  """$AGENTRL_GENUINE_CACHE, else `genuine/` beside the image cache ($AGENTRL_CACHE)."""
+  base = os.environ.get("AGENTRL_CACHE")
+  if not base and os.geteuid() == 0:
+    base = "/var/cache/agentrl"
+  base = base or os.path.join(os.path.expanduser("~"), ".cache", "agentrl")
+  return os.environ.get("AGENTRL_GENUINE_CACHE") or os.path.join(base, "genuine")
+
+
+def content(digest: str | None) -> str | None:
+  """ "f:<sha256>" of a regular file's fingerprint digest, "l:<target>" of a link's, else None
+  (a whiteout, a file too large to hash, the daemon's bare change kind)."""
+  parts = (digest or "").split(":", 4)
+  if len(parts) < 5 or not parts[0].isdigit():
+    return None
+  kind = int(parts[0], 8)
+  if stat.S_ISREG(kind) and len(parts[4]) == 64:
+    return f"f:{parts[4]}"
+  return f"l:{parts[4]}" if stat.S_ISLNK(kind) else None
+
+
+def ld_cache_paths(data: bytes) -> list[str] | None:
+  """The library paths of a glibc ld.so.cache (the new format, what glibc >= 2.32 writes);
+  None when it is not one or an entry points outside it."""
+  if not data.startswith(_LD_MAGIC) or len(data) < _LD_HEADER:
+    return None
+  (nlibs,) = struct.unpack_from("<I", data, 20)
+  if len(data) < _LD_HEADER + nlibs * _LD_ENTRY:
+    return None
+  out = []
+  for i in range(nlibs):
+    _, _, value = struct.unpack_from("<iII", data, _LD_HEADER + i * _LD_ENTRY)
+    end = data.find(b"\0", value)
+    if value >= len(data) or end < 0:
+      return None
+    out.append(data[value:end].decode("utf-8", "replace"))
+  return out
+
+
+def _ld_cache_ok(data: bytes | None) -> bool:
+  paths = ld_cache_paths(data or b"")
+  return paths is not None and all(
+    p.startswith("/") and posixpath.normpath(p) == p and system_guard.protected(p[1:])
+    for p in paths
+  )
+
+
+def _runs_code(data: bytes | None) -> bool:
+  """A .pth line Python's `site` executes (one that starts with `import`)."""
+  return any(ln.startswith((b"import ", b"import\t")) for ln in (data or b"").splitlines())
+
+
+def _file_content(view: RootView, rel: str) -> str | None:
+  data = view.read(rel, 1 << 30)
+  return None if data is None else f"f:{hashlib.sha256(data).hexdigest()}"
+
+
+class _Judge:
+  """One grading's verdicts: the genuine files and what is already excused."""
+
+  def __init__(self, baseline, now, view: RootView, genuine: dict[str, set[str]]):
+    self.baseline, self.now, self.view, self.genuine = baseline, now, view, genuine
+    self.ok: set[str] = set()
+
+  def trusted(self, rel: str) -> bool:
+    """Path `rel` holds what the image, the set-up or a genuine package put there."""
+    where = self.view.locate(rel)
+    if where is None:
+      return False
+    if where[0] == "lower" or rel in self.ok:
+      return True
+    if rel in self.now:
+      return self.baseline.get(rel) == self.now[rel]
+    return _file_content(self.view, rel) in self.genuine.get(rel, ())
+
+  def alternative(self, rel: str) -> bool:
+    """A link into /etc/alternatives whose chain ends at a trusted path."""
+    link = content(self.now.get(rel)) or ""
+    if not link.startswith("l:/etc/alternatives/"):
+      return False
+    end = self.view.resolve(rel)
+    return end is not None and end != rel and self.trusted(end)
+
+
+def excuse(
+  diff: list[str],
+  baseline: dict[str, str],
+  now: dict[str, str],
+  view: RootView,
+  sources: PackageSources,
+  cache: str | None = None,
+) -> tuple[list[str], list[str]]:
+  """(the paths of `diff` still flagged, notes on packages that could not be verified)."""
+  cache = cache or cache_dir()
+  pip_files, pip_written, notes = genuine_pip.genuine_files(diff, view, sources, cache)
+  apt_files, apt_notes = {}, []
+  if _dpkg_ran(view):
+    apt_files, apt_notes = genuine_apt.genuine_files(view, sources, cache)
+  genuine = {p: pip_files.get(p, set()) | apt_files.get(p, set()) for p in {*pip_files, *apt_files}}
+  judge = _Judge(baseline, now, view, genuine)
+  for rel in diff:
+    c = content(now.get(rel))
+    if rel in pip_written and c is not None and c.startswith("f:"):
+      judge.ok.add(rel)
+    elif c is not None and c in genuine.get(rel, ()):
+      if rel.endswith(".pth") and _runs_code(view.read(rel)):
+        notes.append(f"{rel}: a genuine .pth that runs code at start-up")
+      else:
+        judge.ok.add(rel)
+  rest = [r for r in diff if r not in judge.ok]
+  judge.ok |= {r for r in rest if judge.alternative(r)}
+  if LD_CACHE in rest and (content(now.get(LD_CACHE)) or "").startswith("f:"):
+    if _ld_cache_ok(view.read(LD_CACHE)):
+      judge.ok.add(LD_CACHE)
+  return [r for r in diff if r not in judge.ok], notes + apt_notes
+
+
+def _dpkg_ran(view: RootView) -> bool:
+  """Whether dpkg's status differs from the image's (in the upper layer): read it then."""
+  status = view.locate(genuine_apt.STATUS)
+  return status is not None and status[0] == "upper"

@@ -9,8 +9,6 @@ families' warm start, configs/smollm2_nodemo.py) fails them until it learns to e
   find_word     (text, 2)      the one file in notes/ holding a given word: its name into
                                answer.txt (with or without the notes/ prefix)
   copy_pointer  (file_ops, 2)  pointer.txt holds a path under data/; copy that file to copy.txt
-  find_ext_small, find_word_small (1)  the same exercises over 2-3 files: an easier level, so a
-                               curriculum can give RL a signal where the full level has none
 
 Two look-then-act format families carry a two-turn demonstration (`demo_actions`: look, then a
 command built from what the look showed), for a warm start that teaches the looking protocol on
@@ -68,15 +66,15 @@ def read_note(rng: random.Random, seed: int) -> Task:
   )
 
 
-def find_ext(rng: random.Random, seed: int, sizes=(4, 7), name="find_ext", level=2) -> Task:
-  names = distinct_words(rng, rng.randint(*sizes))
+def find_ext(rng: random.Random, seed: int) -> Task:
+  names = distinct_words(rng, rng.randint(4, 7))
   files = [(f"box/{n}.{rng.choice(_EXTS)}", f"{n}\n".encode()) for n in names[1:]]
   files.insert(rng.randrange(len(files) + 1), (f"box/{names[0]}.key", b"key\n"))
   return make_task(
-    name,
+    "find_ext",
     seed,
     "file_ops",
-    level,
+    2,
     "Exactly one file in the folder box/ has the extension .key. Write its name without the "
     "extension to answer.txt.",
     "basename box/*.key .key > answer.txt",
@@ -86,8 +84,8 @@ def find_ext(rng: random.Random, seed: int, sizes=(4, 7), name="find_ext", level
   )
 
 
-def find_word(rng: random.Random, seed: int, sizes=(3, 6), name="find_word", level=2) -> Task:
-  names, vocab = distinct_words(rng, rng.randint(*sizes)), distinct_words(rng, 12)
+def find_word(rng: random.Random, seed: int) -> Task:
+  names, vocab = distinct_words(rng, rng.randint(3, 6)), distinct_words(rng, 12)
   magic = vocab.pop()
   hit = rng.randrange(len(names))
   files = []
@@ -97,10 +95,10 @@ def find_word(rng: random.Random, seed: int, sizes=(3, 6), name="find_word", lev
     files.append((f"notes/{n}.txt", (" ".join(words) + "\n").encode()))
   answer = f"{names[hit]}.txt"
   return make_task(
-    name,
+    "find_word",
     seed,
     "text",
-    level,
+    2,
     f"Exactly one file in the folder notes/ contains the word {magic}. Write the name of that "
     "file to answer.txt.",
     f"grep -l {magic} notes/* | xargs -n1 basename > answer.txt",
@@ -108,16 +106,6 @@ def find_word(rng: random.Random, seed: int, sizes=(3, 6), name="find_word", lev
     files,
     shell=_grade(_holds("answer.txt", answer, f"notes/{answer}")),
   )
-
-
-def find_ext_small(rng: random.Random, seed: int) -> Task:
-  """find_ext with 1 or 2 other files: an easier level of the same exercise, for a curriculum."""
-  return find_ext(rng, seed, (2, 3), "find_ext_small", 1)
-
-
-def find_word_small(rng: random.Random, seed: int) -> Task:
-  """find_word over 2 files: an easier level of the same exercise, for a curriculum."""
-  return find_word(rng, seed, (2, 2), "find_word_small", 1)
 
 
 def copy_pointer(rng: random.Random, seed: int) -> Task:
@@ -173,9 +161,5 @@ def move_only(rng: random.Random, seed: int) -> Task:
 
 
 FAMILIES = {
-  f.__name__: f
-  for f in (
-    read_note, find_ext, find_word, copy_pointer, peek_twice, move_only, find_ext_small,
-    find_word_small,
-  )
-}  # fmt: skip
+  f.__name__: f for f in (read_note, find_ext, find_word, copy_pointer, peek_twice, move_only)
+}

@@ -96,22 +96,3 @@ def test_arms_start_from_one_warm_start_workdir(tmp_path):
   c.checkpoint = str(tmp_path / "nothing")
   with pytest.raises(ValueError, match="not an HF folder"):
     rl_run.preflight(rl_config.to_experiment(c))
-
-
-def test_curriculum_adds_easier_n_levels_and_keeps_the_warm_start(tmp_path):
-  from configs import smollm2_nodemo_curriculum as cur
-
-  base = make_task_source(
-    rl_config.to_experiment(smollm2_nodemo.get_config()).env, 0, tmp_path / "a"
-  )
-  src, evals = make_task_source(rl_config.to_experiment(cur.get_config()).env, 0, tmp_path / "b")
-  # The same demonstrations: every arm starts from smollm2_nodemo's warm workdir.
-  assert [t.id for t in src.demo_tasks(10_000)] == [t.id for t in base[0].demo_tasks(10_000)]
-  fams = {family(t) for t in src.pool.tasks}
-  assert fams == N | {"find_ext_small", "find_word_small"} and fams & D == set()
-  assert {"find_ext_small", "find_word_small"} <= src.no_demo_families
-  # The full-size held-out tasks are the same ones; the small levels are easier (fewer files).
-  full = [t.id for t in evals if family(t.id) in N | U]
-  assert full == [t.id for t in base[1]]
-  small = [t for t in evals if family(t.id).endswith("_small")]
-  assert small and all(t.difficulty == 1 and len(t.workspace_files) <= 3 for t in small)

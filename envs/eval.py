@@ -236,6 +236,7 @@ def _record(task, trial, agent, seed, out: Outcome, monitor, attempts, wall_s) -
     "failure_mode": failure_mode(grade, ep),
     "grade_failure_mode": grade.failure_mode,
     "detail": grade.detail,
+    "flags": list(grade.flags),  # tamper:* and hack flags: which paths, which checks
     "grade_log": grade.log[-OUT_CHARS:],
     "finish_reason": ep.finish_reason,
     "turns": len(ep.turns),

@@ -68,9 +68,9 @@ def apt_repo(repo: pathlib.Path, version: str = "1.0") -> pathlib.Path:
   return deb
 
 
-def dpkg_status(package: str, version: str) -> str:
-  """A dpkg status stanza of an installed package."""
+def dpkg_status(package: str, version: str, state: str = "installed") -> str:
+  """A dpkg status stanza of a package in `state` (installed, unpacked, half-configured...)."""
   return (
-    f"Package: {package}\nStatus: install ok installed\nArchitecture: all\nVersion: {version}\n"
+    f"Package: {package}\nStatus: install ok {state}\nArchitecture: all\nVersion: {version}\n"
     "Description: x\n\n"
   )

@@ -127,6 +127,34 @@ def test_genuine_deb_and_its_alternative_are_excused(tmp_path):
   assert flagged == ["usr/bin/tinyalt", "usr/lib/tinydeb/evil", "usr/lib/tinydeb/tool"]
 
 
+def test_interrupted_dpkg_leaves_genuine_files_and_the_partial_one_flagged(tmp_path):
+  """dpkg killed (or a postinst failed) after unpacking: the package is `unpacked` or
+  `half-configured`, its files are genuine; one mid-unpack (`half-installed`) keeps a
+  `.dpkg-new` no package has. A removed package (`config-files`) is fetched for nothing."""
+  repo = tmp_path / "repo"
+  apt_repo(repo)
+  sources = PackageSources(apt_uris=(f"file://{repo}",))
+  for state in ("unpacked", "half-configured"):
+    upper, lower = _layers(tmp_path / state)
+    _write(upper, "usr/lib/tinydeb/tool", TOOL)
+    (upper / "usr/lib/tinydeb/link").symlink_to("tool")
+    status = dpkg_status("base-files", "12") + dpkg_status("tinydeb", "1.0", state)
+    _write(upper, "var/lib/dpkg/status", status.encode())
+    assert _judge(upper, lower, sources, tmp_path / "cache") == ([], []), state
+  (upper / "usr/lib/tinydeb/link").unlink()
+  _write(upper, "usr/lib/tinydeb/link.dpkg-new", TOOL)
+  status = dpkg_status("base-files", "12") + dpkg_status("tinydeb", "1.0", "half-installed")
+  _write(upper, "var/lib/dpkg/status", status.encode())
+  assert _judge(upper, lower, sources, tmp_path / "cache") == (
+    ["usr/lib/tinydeb/link.dpkg-new"],
+    [],
+  )
+  status = dpkg_status("base-files", "12") + dpkg_status("tinydeb", "1.0", "config-files")
+  _write(upper, "var/lib/dpkg/status", status.encode())
+  flagged, notes = _judge(upper, lower, sources, tmp_path / "cache")
+  assert flagged == ["usr/lib/tinydeb/link.dpkg-new", "usr/lib/tinydeb/tool"] and notes == []
+
+
 def test_forged_dpkg_status_is_flagged(tmp_path):
   """The status names a version no source has: nothing is excused, and a note says why."""
   repo = tmp_path / "repo"

@@ -1,6 +1,7 @@
-"""The tamper scan with package egress, in a real bubblewrap sandbox (container mode): a real pip
-and apt inside install from package servers on the host's loopback (127.0.0.2, reached only
-through the proxy); the host fetches the same packages itself and excuses only their files."""
+"""The tamper scan with package egress, in real sandboxes of both backends (container mode): a
+real pip and apt inside install from package servers on the host's loopback (127.0.0.2, reached
+only through the proxy); the host fetches the same packages itself and excuses only their files
+(read from the writable layer: bwrap's upper folder, the container's overlay2 layers)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import threading
 import pip
 import pytest
 from package_files import apt_repo, wheel
+from task_files import write
 
+from envs import eval as ev
+from envs.formats.loading import load_any
 from envs.grading.verifier import system_flags
 from envs.sandbox import egress_sources, system_guard
 from envs.sandbox.egress_sources import PackageSources
-from envs.sandbox.testing import make, sandbox_image  # noqa: F401
+from envs.sandbox.testing import backend, make, sandbox_image  # noqa: F401
 
 HOST = "127.0.0.2"
 SITE = "usr/local/lib/python3.11/dist-packages"
@@ -67,10 +71,11 @@ def _install(sb, addr: str) -> None:
   assert r.exit_code == 0 and "genuine tool" in r.stdout, r.stdout + r.stderr
 
 
-def test_genuine_installs_pass_and_changes_are_flagged(sandbox_image, served):  # noqa: F811
+def test_genuine_installs_pass_and_changes_are_flagged(backend, served):  # noqa: F811
   addr, srv = served
-  with make("bwrap", network="packages", exec_timeout_s=300) as sb:
+  with make(backend, network="packages", exec_timeout_s=300) as sb:
     baseline = sb.system_fingerprint()
+    assert sb.system_layers() is not None  # read host-side (Docker: the overlay2 folders)
     _install(sb, addr)
     diff = system_guard.changed(baseline, sb.system_fingerprint())
     wanted = {f"{SITE}/tinypkg/__init__.py", "usr/lib/tinydeb/tool", "usr/bin/tinyalt"}
@@ -97,13 +102,37 @@ def test_genuine_installs_pass_and_changes_are_flagged(sandbox_image, served):  
     assert notes and notes[0].startswith("evilpkg 1.0: no wheel"), notes
 
 
-def test_offline_sandbox_gets_no_exemption(sandbox_image, tmp_path):  # noqa: F811
+def test_offline_sandbox_gets_no_exemption(backend, tmp_path):  # noqa: F811
   """The genuine wheel's files written by hand without package egress: flagged as before."""
   whl = wheel(tmp_path)
-  with make("bwrap", exec_timeout_s=120) as sb:
+  with make(backend, exec_timeout_s=120) as sb:
     baseline = sb.system_fingerprint()
     sb.upload(str(whl), "/tmp/t.whl")
     r = sb.exec(f"cd /{SITE} && python3 -m zipfile -e /tmp/t.whl .")
     assert r.exit_code == 0, r.stderr
     flags, notes = system_flags(sb, baseline)
     assert flags and f"{SITE}/tinypkg" in flags[0] and notes == []
+
+
+def test_eval_records_which_paths_were_flagged(backend, served, tmp_path):  # noqa: F811
+  """Through launch.eval's runner: a solution's genuine installs pass; one that then edits an
+  installed file fails as `tamper`, and the record says which path."""
+  addr, _ = served
+  apt = f"echo 'deb [trusted=yes] http://{addr}/apt ./' > /tmp/t.list && apt-get {APT} update"
+  solve = f"python3 -m pip install -q --break-system-packages tinypkg\n{apt}\n"
+  solve += f"apt-get {APT} -y install tinydeb\ntinyalt > /app/out.txt\n"
+  files = {
+    "task.toml": 'version = "1.0"\n[metadata]\ndifficulty = "easy"\n',
+    "instruction.md": "Install tinypkg and tinydeb; write tinyalt's output to /app/out.txt.\n",
+    "environment/Dockerfile": "FROM python:3.11-slim\nWORKDIR /app\n",
+    "tests/test_outputs.py": "def test_out():\n  assert 'genuine' in open('/app/out.txt').read()\n",
+  }
+  edit = f"echo '# changed' >> /{SITE}/tinypkg/__init__.py\n"
+  tasks = []
+  for name, script in (("clean", solve), ("edited", solve + edit)):
+    files["solution/solve.sh"] = f"#!/bin/bash\nset -e\n{script}"
+    tasks.append(load_any(write(tmp_path / "s" / name, files)))
+  clean, edited = ev.evaluate(tasks, ev.make_agent("oracle"), ev.EvalConfig(backend=backend))
+  assert clean["passed"] and clean["flags"] == [], clean["detail"]
+  assert edited["failure_mode"] == "tamper", edited["detail"]
+  assert edited["flags"] == [f"tamper:system_modified:{SITE}/tinypkg/__init__.py"]

@@ -2,7 +2,8 @@
 own apt sources.
 
 The sandbox's /var/lib/dpkg/status is the agent's to forge: it only chooses what to fetch (a
-package whose name, version or architecture differs from the image's). For each, the host
+package whose name, version or architecture differs from the image's, installed or left
+unpacked by an interrupted dpkg or a failed maintainer script). For each, the host
 reads the Packages index of the sources the sandbox was given (the machine's stanzas for
 those URIs, else the flat layout `URI/Packages`), downloads the .deb the index names, checks
 its SHA256 against the index and reads its data members (`dpkg-deb --fsys-tarfile`): file
@@ -36,10 +37,17 @@ _INDEX_TTL_S = 3600.0
 _TIMEOUT_S = 300.0
 _INDEXES: dict[str, tuple[float, dict]] = {}  # index URL -> (fetched at, entries)
 _LOCK = threading.Lock()
+# dpkg's package states with files on disk (not "not-installed" nor "config-files")
+_ON_DISK = {
+  "installed", "unpacked", "half-configured", "half-installed", "triggers-awaited",
+  "triggers-pending",
+}  # fmt: skip
 
 
 def installed(text: str) -> dict[tuple[str, str], str]:
-  """{(package, architecture): version} of the installed packages of a dpkg status text."""
+  """{(package, architecture): version} of the packages of a dpkg status text whose files may
+  be on disk: installed, and those an interrupted dpkg or a failed maintainer script left
+  unpacked or half-configured (their files are each checked all the same)."""
   out = {}
   for stanza in text.split("\n\n"):
     f = {}
@@ -47,7 +55,7 @@ def installed(text: str) -> dict[tuple[str, str], str]:
       key, sep, val = line.partition(":")
       if sep and not line[:1].isspace():
         f[key.strip().lower()] = val.strip()
-    if f.get("status", "").endswith(" installed") and "package" in f:
+    if f.get("status", "").rpartition(" ")[2] in _ON_DISK and "package" in f:
       out[(f["package"], f.get("architecture", "all"))] = f.get("version", "")
   return out
 

@@ -12,7 +12,9 @@ The families (envs/procedural.py, envs/procedural_explore.py; rl.runtime.task_so
     observation-dependent (the answer is in a file the agent must read or find first). RL and
     RFT sample them; no arm ever trains on one of their reference solutions (the
     demonstrations builder refuses N and U tasks).
-  U (unseen, eval only): copy_pointer (observation-dependent), rename_ext.
+  U (unseen, eval only): copy_pointer (observation-dependent), rename_ext, and the note
+    families (envs/procedural_notes.py: note.txt says what to do with which file; read_note's
+    look-then-act with other acts), which show whether what RL learnt on read_note transfers.
 Held out: `env.eval_tasks` tasks of each N and U family at the eval seeds (what `launch.eval
 --procedural=<families> --procedural_tasks=<n>` evaluates), decontaminated against the pool.
 
@@ -29,14 +31,14 @@ from configs import smollm2
 
 D = "echo_word,count_level,peek_twice,move_only"
 N = "read_note,find_ext,find_word"
-U = "copy_pointer,rename_ext"
+U = "copy_pointer,rename_ext,note_copy,note_delete,note_rename,note_mkdir"
 
 
 def get_config():
   c = smollm2.get_config()
   e = c.env
   e.tasks = f"split:D={D};N={N};U={U}"
-  e.eval_tasks = 4  # per N and U family: 12 held-out N tasks, 8 U tasks
+  e.eval_tasks = 4  # per N and U family: 12 held-out N tasks, 24 U tasks
   e.train_pool_size = 64  # tasks per N family in the pool (and per D family for demos)
   # The warm start: all 256 of D's pool tasks, 16 steps of 16. With four one-turn families
   # it answered in 1.1 turns; with two look families of fixed file names beside them, it looked

@@ -16,7 +16,8 @@
   python_fix    (python_bugfix, 3)  fix one injected bug in a small function
 
 and the observation-dependent families of envs/procedural_explore.py (read_note, find_ext,
-find_word, copy_pointer). Helpers for new families: envs/procedural_kit.py.
+find_word, copy_pointer) and envs/procedural_notes.py (note_copy, note_delete, note_rename,
+note_mkdir). Helpers for new families: envs/procedural_kit.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import random
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 
-from envs import procedural_explore
+from envs import procedural_explore, procedural_notes
 from envs.procedural_kit import distinct_words, make_task, pseudo_word, unchanged_test
 from envs.task import Task
 
@@ -282,10 +283,14 @@ def python_fix(rng: random.Random, seed: int) -> Task:
   )
 
 
-FAMILIES: dict[str, Callable[[random.Random, int], Task]] = {
-  f.__name__: f
-  for f in (echo_word, sort_unique, count_level, rename_ext, json_select, csv_sum, python_fix)
-} | procedural_explore.FAMILIES
+FAMILIES: dict[str, Callable[[random.Random, int], Task]] = (
+  {
+    f.__name__: f
+    for f in (echo_word, sort_unique, count_level, rename_ext, json_select, csv_sum, python_fix)
+  }
+  | procedural_explore.FAMILIES
+  | procedural_notes.FAMILIES
+)
 
 
 def family(task_id: str) -> str:

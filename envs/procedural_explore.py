@@ -32,7 +32,7 @@ from envs.task import Task
 _EXTS = ("txt", "dat", "log", "csv", "md", "ini")
 
 
-def _grade(check: str) -> str:
+def grade_script(check: str) -> str:
   """A test.sh: reward 0, then 1 if the bash condition `check` holds in the workspace."""
   return textwrap.dedent(f"""\
     #!/bin/bash
@@ -42,7 +42,7 @@ def _grade(check: str) -> str:
   """)
 
 
-def _holds(path: str, *answers: str) -> str:
+def holds(path: str, *answers: str) -> str:
   """Bash: `path` holds one of `answers`, with or without a trailing newline."""
   alts = " || ".join(
     f"printf '{a}' | cmp -s - {path} || printf '{a}\\n' | cmp -s - {path}" for a in answers
@@ -62,7 +62,7 @@ def read_note(rng: random.Random, seed: int) -> Task:
     f"echo {word} > {name}.txt",
     "",
     [("note.txt", note.encode())],
-    shell=_grade(_holds(f"{name}.txt", word)),
+    shell=grade_script(holds(f"{name}.txt", word)),
   )
 
 
@@ -80,7 +80,7 @@ def find_ext(rng: random.Random, seed: int) -> Task:
     "basename box/*.key .key > answer.txt",
     "",
     files,
-    shell=_grade(_holds("answer.txt", names[0])),
+    shell=grade_script(holds("answer.txt", names[0])),
   )
 
 
@@ -104,7 +104,7 @@ def find_word(rng: random.Random, seed: int) -> Task:
     f"grep -l {magic} notes/* | xargs -n1 basename > answer.txt",
     "",
     files,
-    shell=_grade(_holds("answer.txt", answer, f"notes/{answer}")),
+    shell=grade_script(holds("answer.txt", answer, f"notes/{answer}")),
   )
 
 
@@ -122,7 +122,7 @@ def copy_pointer(rng: random.Random, seed: int) -> Task:
     f"cp {target} copy.txt",
     "",
     files,
-    shell=_grade(f"cmp -s {target} copy.txt"),
+    shell=grade_script(f"cmp -s {target} copy.txt"),
   )
 
 
@@ -138,7 +138,7 @@ def peek_twice(rng: random.Random, seed: int) -> Task:
     f'w=$(cat {src}); echo "$w $w" > {out}',
     "",
     [(src, f"{word}\n".encode())],
-    shell=_grade(_holds(out, f"{word} {word}")),
+    shell=grade_script(holds(out, f"{word} {word}")),
     demo=(f"cat {src}", f"echo {word} {word} > {out}"),
   )
 
@@ -155,7 +155,7 @@ def move_only(rng: random.Random, seed: int) -> Task:
     f"mkdir -p {dst} && mv {src}/* {dst}/",
     "",
     [(f"{src}/{name}", data.encode())],
-    shell=_grade(f"[ ! -e {src}/{name} ] && {_holds(f'{dst}/{name}', data.strip())}"),
+    shell=grade_script(f"[ ! -e {src}/{name} ] && {holds(f'{dst}/{name}', data.strip())}"),
     demo=(f"ls {src}", f"mkdir -p {dst} && mv {src}/{name} {dst}/"),
   )
 

@@ -88,6 +88,23 @@ def test_unfetchable_package_is_flagged_with_a_note(tmp_path, wheels):
   assert len(notes) == 1 and notes[0].startswith("nosuchpkg 0.1: no wheel")
 
 
+def test_a_claim_that_pip_would_read_as_an_option_is_not_fetched(tmp_path, wheels):
+  """A forged METADATA naming "--index-url=..." would make the host's pip fetch from a source
+  of the agent's choosing: such a name or version is never fetched."""
+  upper, lower = _layers(tmp_path)
+  _pip_install(pathlib.Path(wheels.pip_find_links[0]) / "tinypkg-0.1-py3-none-any.whl", upper)
+  meta = f"{SITE}/tinypkg-0.1.dist-info/METADATA"
+  for name, version in (
+    ("--index-url=file:///tmp/x", "0.1"),
+    ("tinypkg", "-0.1"),
+    ("tiny pkg", "0.1"),
+  ):
+    _write(upper, meta, f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode())
+    flagged, notes = _judge(upper, lower, wheels, tmp_path / "cache")
+    assert f"{SITE}/tinypkg/__init__.py" in flagged and "no name, version or tag" in notes[0]
+  assert not (tmp_path / "cache" / "pip").exists()
+
+
 def test_genuine_pth_that_runs_code_stays_flagged(tmp_path):
   folder = tmp_path / "wheels"
   whl = wheel(folder)

@@ -28,6 +28,10 @@ PIP_WRITTEN = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
 _SITE = re.compile(r"(?:^|/)python(\d)\.(\d+)/(?:site|dist)-packages$")
 _SOURCE_VARS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST")
 _FETCH_TIMEOUT_S = 900.0
+# PEP 508 names and PEP 440-like versions: anything else (a leading "-" would be read by pip as
+# an option, "--index-url=..." a source of the agent's choosing) is not fetched at all.
+_PROJECT = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_VERSION = re.compile(r"[0-9A-Za-z](?:[0-9A-Za-z.+!_-]*[0-9A-Za-z])?")
 
 
 def dist_infos(paths) -> list[str]:
@@ -57,6 +61,8 @@ def claim(view: RootView, info: str) -> dict | None:
   m = _SITE.search(site)
   tags = [t for t in _field(wheel, "Tag") if re.fullmatch(r"[\w.]+-[\w.]+-[\w.]+", t)]
   if not (name and version and m and tags):
+    return None
+  if not (_PROJECT.fullmatch(name[0]) and _VERSION.fullmatch(version[0])):
     return None
   return dict(name=name[0], version=version[0], tags=sorted(tags), python=m.group(1) + m.group(2))
 

@@ -146,8 +146,9 @@ def test_genuine_deb_and_its_alternative_are_excused(tmp_path):
 
 def test_interrupted_dpkg_leaves_genuine_files_and_the_partial_one_flagged(tmp_path):
   """dpkg killed (or a postinst failed) after unpacking: the package is `unpacked` or
-  `half-configured`, its files are genuine; one mid-unpack (`half-installed`) keeps a
-  `.dpkg-new` no package has. A removed package (`config-files`) is fetched for nothing."""
+  `half-configured` (in the status or only in dpkg's journal), its files are genuine; one
+  mid-unpack (`half-installed`) keeps a `.dpkg-new` no package has. A removed package
+  (`config-files`) is fetched for nothing."""
   repo = tmp_path / "repo"
   apt_repo(repo)
   sources = PackageSources(apt_uris=(f"file://{repo}",))
@@ -166,6 +167,14 @@ def test_interrupted_dpkg_leaves_genuine_files_and_the_partial_one_flagged(tmp_p
     ["usr/lib/tinydeb/link.dpkg-new"],
     [],
   )
+  # dpkg stopped before folding its journal into the status: the journal names the package
+  _write(upper, "var/lib/dpkg/status", dpkg_status("base-files", "12").encode())
+  _write(upper, "var/lib/dpkg/updates/0003", dpkg_status("tinydeb", "1.0", "unpacked").encode())
+  assert _judge(upper, lower, sources, tmp_path / "cache") == (
+    ["usr/lib/tinydeb/link.dpkg-new"],
+    [],
+  )
+  (upper / "var/lib/dpkg/updates/0003").unlink()
   status = dpkg_status("base-files", "12") + dpkg_status("tinydeb", "1.0", "config-files")
   _write(upper, "var/lib/dpkg/status", status.encode())
   flagged, notes = _judge(upper, lower, sources, tmp_path / "cache")
@@ -227,6 +236,7 @@ def test_root_view_follows_overlay_rules(tmp_path):
   (upper / "usr/lib/esc").symlink_to("/../../etc")
   assert view.resolve("usr/lib/esc/x") is None  # resolved inside the root: no such path
   assert view.listdir("usr/lib") == ["esc"]
+  assert view.listdir("usr/bin") == ["python3.11"]  # a folder only the image has
   assert genuine.content(system_guard.fingerprint(str(upper))["usr/lib/esc"]) == "l:/../../etc"
 
 

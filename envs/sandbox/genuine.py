@@ -148,6 +148,6 @@ def excuse(
 
 
 def _dpkg_ran(view: RootView) -> bool:
-  """Whether dpkg's status differs from the image's (in the upper layer): read it then."""
-  status = view.locate(genuine_apt.STATUS)
-  return status is not None and status[0] == "upper"
+  """Whether dpkg's status or journal differs from the image's (in the upper layer)."""
+  paths = [genuine_apt.STATUS, *genuine_apt.journal(view)]
+  return any((view.locate(p) or ("",))[0] == "upper" for p in paths)

@@ -32,6 +32,7 @@ from envs.sandbox.egress_sources import PackageSources
 from envs.sandbox.rootview import RootView
 
 STATUS = "var/lib/dpkg/status"
+UPDATES = "var/lib/dpkg/updates"
 _NAME = re.compile(r"[a-z0-9][a-z0-9+.-]*")
 _INDEX_TTL_S = 3600.0
 _TIMEOUT_S = 300.0
@@ -47,25 +48,40 @@ _ON_DISK = {
 def installed(text: str) -> dict[tuple[str, str], str]:
   """{(package, architecture): version} of the packages of a dpkg status text whose files may
   be on disk: installed, and those an interrupted dpkg or a failed maintainer script left
-  unpacked or half-configured (their files are each checked all the same)."""
-  out = {}
+  unpacked or half-configured (their files are each checked all the same). A later stanza of
+  the same package wins (dpkg's journal after its status)."""
+  found = {}
   for stanza in text.split("\n\n"):
     f = {}
     for line in stanza.splitlines():
       key, sep, val = line.partition(":")
       if sep and not line[:1].isspace():
         f[key.strip().lower()] = val.strip()
-    if f.get("status", "").rpartition(" ")[2] in _ON_DISK and "package" in f:
-      out[(f["package"], f.get("architecture", "all"))] = f.get("version", "")
-  return out
+    if "package" in f:
+      state = f.get("status", "").rpartition(" ")[2]
+      found[(f["package"], f.get("architecture", "all"))] = (state, f.get("version", ""))
+  return {k: v for k, (state, v) in found.items() if state in _ON_DISK}
+
+
+def journal(view: RootView) -> list[str]:
+  """dpkg's journal (`updates/NNNN`, numeric order): what a dpkg that stopped before folding
+  it into the status had recorded (a package it unpacked, say)."""
+  names = [n for n in view.listdir(UPDATES) if n.isdigit()]
+  return [f"{UPDATES}/{n}" for n in sorted(names, key=int)]
+
+
+def status_text(view: RootView) -> str:
+  """dpkg's status with its journal applied, as dpkg itself reads them."""
+  parts = [view.read(p) or b"" for p in [STATUS, *journal(view)]]
+  return "\n\n".join(b.decode("utf-8", "replace") for b in parts)
 
 
 def new_packages(view: RootView) -> tuple[list[tuple[str, str, str]], set[str]]:
   """(package, version, architecture) installed in the sandbox but not so in the image, and
   the image's own architectures."""
-  now = installed((view.read(STATUS) or b"").decode("utf-8", "replace"))
+  now = installed(status_text(view))
   image = RootView(view.lowers[0], view.lowers[1:]) if view.lowers else None
-  was = installed((image.read(STATUS) or b"").decode("utf-8", "replace")) if image else {}
+  was = installed(status_text(image)) if image else {}
   archs = {a for _, a in was if _NAME.fullmatch(a)} - {"all"}
   return sorted((p, v, a) for (p, a), v in now.items() if was.get((p, a)) != v), archs
 

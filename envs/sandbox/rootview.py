@@ -110,7 +110,7 @@ class RootView:
         except OSError:
           pass
       names -= gone
-      if top == self.upper and _opaque(path):
+      if top == self.upper and path and _opaque(path):
         break
     return sorted(names - gone)
 

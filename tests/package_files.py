@@ -34,6 +34,7 @@ def wheel(folder: pathlib.Path, name: str = "tinypkg", init: bytes = INIT) -> pa
 
 
 TOOL = b"#!/bin/sh\necho genuine tool\n"
+CONFFILE, CONF = "etc/ld.so.conf.d/tinydeb.conf", b"# tinydeb: no library folder\n"
 POSTINST = (
   '#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n'
   "  update-alternatives --install /usr/bin/tinyalt tinyalt /usr/lib/tinydeb/tool 10\nfi\n"
@@ -42,19 +43,23 @@ POSTINST = (
 
 def apt_repo(repo: pathlib.Path, version: str = "1.0") -> pathlib.Path:
   """A flat apt repository `repo` with tinydeb VERSION: /usr/lib/tinydeb/tool, a link
-  /usr/lib/tinydeb/link -> tool and, made by its postinst, the alternative /usr/bin/tinyalt."""
+  /usr/lib/tinydeb/link -> tool, the conffile CONFFILE and, made by its postinst, the
+  alternative /usr/bin/tinyalt."""
   pkg = repo.parent / f"tinydeb-{version}"
   (pkg / "DEBIAN").mkdir(parents=True)
   (pkg / "usr/lib/tinydeb").mkdir(parents=True)
   (pkg / "usr/lib/tinydeb/tool").write_bytes(TOOL)
   (pkg / "usr/lib/tinydeb/tool").chmod(0o755)
   (pkg / "usr/lib/tinydeb/link").symlink_to("tool")
+  (pkg / "etc/ld.so.conf.d").mkdir(parents=True)
+  (pkg / CONFFILE).write_bytes(CONF)
   control = (
     f"Package: tinydeb\nVersion: {version}\nArchitecture: all\nMaintainer: t <t@localhost>\n"
   )
   (pkg / "DEBIAN/control").write_text(control + "Description: test package\n")
   (pkg / "DEBIAN/postinst").write_text(POSTINST)
   (pkg / "DEBIAN/postinst").chmod(0o755)
+  (pkg / "DEBIAN/conffiles").write_text(f"/{CONFFILE}\n")
   repo.mkdir(parents=True, exist_ok=True)
   deb = repo / f"tinydeb_{version}_all.deb"
   subprocess.run(

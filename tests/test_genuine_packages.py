@@ -11,7 +11,7 @@ import struct
 import zipfile
 
 import pytest
-from package_files import INIT, TOOL, apt_repo, dpkg_status, wheel
+from package_files import CONF, CONFFILE, INIT, TOOL, apt_repo, dpkg_status, wheel
 
 from envs.sandbox import genuine, genuine_pip, system_guard
 from envs.sandbox.egress_sources import PackageSources
@@ -146,7 +146,8 @@ def test_genuine_deb_and_its_alternative_are_excused(tmp_path):
 
 def test_interrupted_dpkg_leaves_genuine_files_and_the_partial_one_flagged(tmp_path):
   """dpkg killed (or a postinst failed) after unpacking: the package is `unpacked` or
-  `half-configured` (in the status or only in dpkg's journal), its files are genuine; one
+  `half-configured` (in the status or only in dpkg's journal), its files are genuine (and its
+  conffile, `X.dpkg-new` until configured, the genuine X's bytes); one
   mid-unpack (`half-installed`) keeps a `.dpkg-new` no package has. A removed package
   (`config-files`) is fetched for nothing."""
   repo = tmp_path / "repo"
@@ -156,9 +157,13 @@ def test_interrupted_dpkg_leaves_genuine_files_and_the_partial_one_flagged(tmp_p
     upper, lower = _layers(tmp_path / state)
     _write(upper, "usr/lib/tinydeb/tool", TOOL)
     (upper / "usr/lib/tinydeb/link").symlink_to("tool")
+    _write(upper, f"{CONFFILE}.dpkg-new", CONF)  # a conffile waits for configure there
     status = dpkg_status("base-files", "12") + dpkg_status("tinydeb", "1.0", state)
     _write(upper, "var/lib/dpkg/status", status.encode())
     assert _judge(upper, lower, sources, tmp_path / "cache") == ([], []), state
+  _write(upper, f"{CONFFILE}.dpkg-new", b"/tmp/evil\n")  # not the genuine conffile
+  assert _judge(upper, lower, sources, tmp_path / "cache")[0] == [f"{CONFFILE}.dpkg-new"]
+  (upper / f"{CONFFILE}.dpkg-new").unlink()
   (upper / "usr/lib/tinydeb/link").unlink()
   _write(upper, "usr/lib/tinydeb/link.dpkg-new", TOOL)
   status = dpkg_status("base-files", "12") + dpkg_status("tinydeb", "1.0", "half-installed")

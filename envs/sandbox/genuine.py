@@ -5,7 +5,8 @@ With package egress (`network="packages"`) a task's own solution may `pip instal
 says about it can be trusted (the agent is root: it can forge dist-info RECORDs and dpkg's
 status), so the host proves each change itself: it fetches the claimed wheel or .deb from the
 sources the sandbox was given (genuine_pip.py, genuine_apt.py) and a changed path is excused
-only when its content, or its link target, equals that package's file at the same path.
+only when its content, or its link target, equals that package's file at the same path (a
+conffile also at `X.dpkg-new`, where dpkg unpacks it until the package is configured).
 Besides those: pip's own metadata inside a verified dist-info; a link into /etc/alternatives
 whose chain ends, inside the sandbox's root, at a path of the image, unchanged since set-up or
 itself genuine; and /etc/ld.so.cache when every library it lists lies below a protected

@@ -168,6 +168,30 @@ def _deb_members(path: str) -> dict[str, str]:
   return out
 
 
+def _conffiles(path: str) -> list[str]:
+  """The conffiles a .deb's control archive lists (relative to /)."""
+  p = subprocess.Popen(["dpkg-deb", "--ctrl-tarfile", path], stdout=subprocess.PIPE)
+  out = []
+  try:
+    with tarfile.open(fileobj=p.stdout, mode="r|") as tar:
+      for m in tar:
+        if os.path.normpath(m.name) == "conffiles" and m.isfile():
+          text = tar.extractfile(m).read(1 << 20).decode("utf-8", "replace")
+          # a line is a path, or a flag and the path ("remove-on-upgrade /etc/x")
+          out = [ln.split()[-1].lstrip("/") for ln in text.splitlines() if ln.strip()]
+  finally:
+    p.stdout.close()
+    if p.wait(timeout=_TIMEOUT_S) != 0:
+      raise OSError(f"dpkg-deb --ctrl-tarfile {os.path.basename(path)} failed")
+  return [c for c in out if c and os.path.normpath(c) == c]
+
+
+def _staged(found: dict[str, str], conffiles: list[str]) -> dict[str, str]:
+  """`found` plus each conffile as dpkg unpacks it (`X.dpkg-new`, moved to X only when the
+  package is configured): what an interrupted dpkg leaves of a genuine package."""
+  return found | {f"{c}.dpkg-new": found[c] for c in conffiles if found.get(c, "")[:2] == "f:"}
+
+
 def fetch(pkg: tuple[str, str, str], archs: set[str], sources: PackageSources, cache: str):
   """(members of the genuine .deb of (package, version, arch), "") or (None, why not);
   `archs`: the indexes to read for an architecture-independent package."""
@@ -179,7 +203,7 @@ def fetch(pkg: tuple[str, str, str], archs: set[str], sources: PackageSources, c
     if entry is None:
       continue
     filename, sha = entry
-    path = os.path.join(cache, "apt", f"{sha}.json")
+    path = os.path.join(cache, "apt", f"{sha}.v2.json")  # v2: with staged conffiles
     try:
       with open(path) as f:
         return json.load(f), ""
@@ -193,7 +217,7 @@ def fetch(pkg: tuple[str, str, str], archs: set[str], sources: PackageSources, c
       tmp.write(data)
       tmp.flush()
       try:
-        found = _deb_members(tmp.name)
+        found = _staged(_deb_members(tmp.name), _conffiles(tmp.name))
       except (OSError, tarfile.TarError) as e:
         return None, f"{name} {version}: {e}"
     os.makedirs(os.path.dirname(path), exist_ok=True)

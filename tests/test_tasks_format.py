@@ -210,6 +210,8 @@ def test_terminal_bench_loader(tmp_path):
   t = load_any(root, suite="tb")
   assert t.id == "tb/hello-task" and t.format == "terminal-bench" and t.domain == "file-operations"
   assert (t.difficulty, t.agent_timeout_s, t.test_timeout_s, t.workdir) == (3, 100.0, 40.0, "/app")
+  # TB1 declares no limits (Docker's defaults: none): the replay's largest, not 512 MiB of disk
+  assert (t.resources.disk_mb, t.resources.memory_mb) == (4096, 4096)
   assert t.instruction.startswith("Write hello") and dict(t.env) == {"GREETING": "hello"}
   assert t.solution_script == "echo $GREETING > out.txt\ncat out.txt\n"
   # pytest files present: run-tests.sh (uv from the network) is replaced by the offline pytest run.

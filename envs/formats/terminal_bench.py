@@ -38,6 +38,8 @@ from envs.task import (
 )
 
 DIFFICULTY = {"trivial": 1, "easy": 2, "medium": 3, "hard": 4, "expert": 5, "unknown": 3}
+TB1_DISK_MB = 4096  # the most disk one imported task gets (Harbor's storage_mb is capped here too)
+TB1_MEMORY_MB = 4096  # TB1 declares no memory limit
 
 
 def _difficulty(f: Fields, key: str, default: int = 3) -> int:
@@ -231,6 +233,10 @@ def load_terminal_bench(path: str | pathlib.Path, suite: str | None = None) -> T
     + _warnings(plan, test_plan)
     + (("compose_warnings", build.warnings),),
     network="packages",  # TB1's harness runs every task with the network: package egress here
+    # TB1 declares no limits and its harness runs Docker's defaults (none): the largest disk
+    # and memory this replay grants (Harbor's storage cap), not the native tasks' 512 MiB, in
+    # which an `apt-get install` of a toolchain stops half-way.
+    resources=Resources(memory_mb=TB1_MEMORY_MB, disk_mb=TB1_DISK_MB),
     source=str(root),
     format="terminal-bench",
     **{**_image_fields(plan, test_plan), **build.overrides(plan)},
@@ -291,7 +297,7 @@ def load_harbor(path: str | pathlib.Path, suite: str | None = None) -> Task:
     resources=Resources(
       cpus=float(env.positive("cpus", (int, float), 1.0)),
       memory_mb=_size_mb(env, "memory_mb", "memory", 1024),
-      disk_mb=min(_size_mb(env, "storage_mb", "storage", 512), 4096),
+      disk_mb=min(_size_mb(env, "storage_mb", "storage", 512), TB1_DISK_MB),
     ),
     # allow_internet (Harbor's default: true) grants the network in Harbor's own harness;
     # here it grants package egress only (the machine's package sources, nothing else)

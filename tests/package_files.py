@@ -9,6 +9,8 @@ import subprocess
 import zipfile
 
 INIT = b"VALUE = 42\n"
+APT_PTH = "usr/lib/python3/dist-packages/tinydeb-precedence.pth"
+PTH = b"import os; var = 'X'; os.environ.get(var)\n"
 
 
 def wheel(folder: pathlib.Path, name: str = "tinypkg", init: bytes = INIT) -> pathlib.Path:
@@ -51,6 +53,8 @@ def apt_repo(repo: pathlib.Path, version: str = "1.0") -> pathlib.Path:
   (pkg / "usr/lib/tinydeb/tool").write_bytes(TOOL)
   (pkg / "usr/lib/tinydeb/tool").chmod(0o755)
   (pkg / "usr/lib/tinydeb/link").symlink_to("tool")
+  (pkg / "usr/lib/python3/dist-packages").mkdir(parents=True)
+  (pkg / APT_PTH).write_bytes(PTH)  # like python3-setuptools' distutils-precedence.pth
   (pkg / "etc/ld.so.conf.d").mkdir(parents=True)
   (pkg / CONFFILE).write_bytes(CONF)
   control = (

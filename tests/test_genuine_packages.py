@@ -11,7 +11,7 @@ import struct
 import zipfile
 
 import pytest
-from package_files import CONF, CONFFILE, INIT, TOOL, apt_repo, dpkg_status, wheel
+from package_files import APT_PTH, CONF, CONFFILE, INIT, PTH, TOOL, apt_repo, dpkg_status, wheel
 
 from envs.sandbox import genuine, genuine_pip, system_guard
 from envs.sandbox.egress_sources import PackageSources
@@ -142,6 +142,37 @@ def test_genuine_deb_and_its_alternative_are_excused(tmp_path):
   _write(upper, "usr/lib/tinydeb/tool", TOOL + b"# changed\n")
   flagged, _ = _judge(upper, lower, sources, tmp_path / "cache")
   assert flagged == ["usr/bin/tinyalt", "usr/lib/tinydeb/evil", "usr/lib/tinydeb/tool"]
+
+
+def test_a_code_running_pth_passes_only_from_the_apt_archive(tmp_path):
+  """python3-setuptools ships a .pth with an import line (distutils-precedence.pth): genuine
+  from the machine's apt archive it passes; the same bytes from a wheel, or changed, do not."""
+  repo = tmp_path / "repo"
+  apt_repo(repo)
+  sources = PackageSources(apt_uris=(f"file://{repo}",))
+  upper, lower = _layers(tmp_path)
+  _dpkg_install(repo, upper, "1.0")
+  _write(upper, APT_PTH, PTH)
+  assert _judge(upper, lower, sources, tmp_path / "cache") == ([], [])
+  _write(upper, APT_PTH, PTH + b"import evil\n")
+  assert _judge(upper, lower, sources, tmp_path / "cache")[0] == [APT_PTH]
+
+
+def test_a_module_cache_passes_when_every_module_it_names_is_checked(tmp_path):
+  """gdk-pixbuf's loaders.cache (written by a postinst, in no package): each module path it
+  lists must lie below a protected prefix, where the scan checks the module itself."""
+  cache = "usr/lib/x86_64-linux-gnu/gdk-pixbuf-2.0/2.10.0/loaders.cache"
+  mod = "/usr/lib/x86_64-linux-gnu/gdk-pixbuf-2.0/2.10.0/loaders/libpixbufloader-png.so"
+  upper, lower = _layers(tmp_path)
+  ok = f'# GdkPixbuf Image Loader Modules file\n"{mod}"\n"png" 5 "gdk-pixbuf" "PNG" "LGPL"\n'
+  for text, flagged in (
+    (ok, []),
+    (ok + '"/tmp/evil.so"\n"x" 5 "y" "X" "LGPL"\n', [cache]),
+    ('"/usr/lib/../../tmp/evil.so"\n', [cache]),
+    ("# no module at all\n", [cache]),
+  ):
+    _write(upper, cache, text.encode())
+    assert _judge(upper, lower, PackageSources(), tmp_path / "cache")[0] == flagged, text
 
 
 def test_interrupted_dpkg_leaves_genuine_files_and_the_partial_one_flagged(tmp_path):

@@ -9,9 +9,10 @@ only when its content, or its link target, equals that package's file at the sam
 conffile also at `X.dpkg-new`, where dpkg unpacks it until the package is configured).
 Besides those: pip's own metadata inside a verified dist-info; a link into /etc/alternatives
 whose chain ends, inside the sandbox's root, at a path of the image, unchanged since set-up or
-itself genuine; and /etc/ld.so.cache when every library it lists lies below a protected
-prefix (so each of those is checked in turn). A genuine `.pth` that runs code (an `import`
-line) and every deletion stay flagged; a package the host cannot fetch leaves a note.
+itself genuine; /etc/ld.so.cache (and gdk-pixbuf's loaders.cache) when every library (module)
+it lists lies below a protected prefix (so each of those is checked in turn). A genuine `.pth`
+that runs code (an `import` line) passes only from the apt archive, never from a pip index;
+every deletion stays flagged; a package the host cannot fetch leaves a note.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import re
 import stat
 import struct
 
@@ -27,6 +29,8 @@ from envs.sandbox.egress_sources import PackageSources
 from envs.sandbox.rootview import RootView
 
 LD_CACHE = "etc/ld.so.cache"
+# gdk-pixbuf's loader cache (its postinst writes it; no package ships it): module paths in quotes
+MODULE_CACHE = re.compile(r"usr/lib/[^/]+/gdk-pixbuf-2\.0/[^/]+/loaders\.cache")
 _LD_MAGIC = b"glibc-ld.so.cache1.1"
 _LD_HEADER, _LD_ENTRY = 48, 24  # glibc's cache_file_new and file_entry_new
 
@@ -75,6 +79,15 @@ def _ld_cache_ok(data: bytes | None) -> bool:
   return paths is not None and all(
     p.startswith("/") and posixpath.normpath(p) == p and system_guard.protected(p[1:])
     for p in paths
+  )
+
+
+def _module_cache_ok(data: bytes | None) -> bool:
+  """A module cache whose every absolute quoted path is a normal path below a protected prefix
+  (so each module it makes a program load is itself checked), and that names one at least."""
+  paths = re.findall(r'^"(/[^"]*)"', (data or b"").decode("utf-8", "replace"), re.M)
+  return bool(paths) and all(
+    posixpath.normpath(p) == p and system_guard.protected(p[1:]) for p in paths
   )
 
 
@@ -136,8 +149,10 @@ def excuse(
     if rel in pip_written and c is not None and c.startswith("f:"):
       judge.ok.add(rel)
     elif c is not None and c in genuine.get(rel, ()):
-      if rel.endswith(".pth") and _runs_code(view.read(rel)):
-        notes.append(f"{rel}: a genuine .pth that runs code at start-up")
+      # a .pth that runs code passes only from the machine's apt archive (curated, like
+      # python3-setuptools' distutils-precedence.pth), never from a pip index anyone uploads to
+      if rel.endswith(".pth") and c not in apt_files.get(rel, ()) and _runs_code(view.read(rel)):
+        notes.append(f"{rel}: a genuine .pth from a pip index that runs code at start-up")
       else:
         judge.ok.add(rel)
   rest = [r for r in diff if r not in judge.ok]
@@ -145,6 +160,10 @@ def excuse(
   if LD_CACHE in rest and (content(now.get(LD_CACHE)) or "").startswith("f:"):
     if _ld_cache_ok(view.read(LD_CACHE)):
       judge.ok.add(LD_CACHE)
+  for rel in rest:  # module caches a postinst writes: every module they name is itself checked
+    if MODULE_CACHE.fullmatch(rel) and (content(now.get(rel)) or "").startswith("f:"):
+      if _module_cache_ok(view.read(rel)):
+        judge.ok.add(rel)
   return [r for r in diff if r not in judge.ok], notes + apt_notes
 
 

@@ -31,47 +31,45 @@ def _kept(files, *skip: str) -> str:
   return " && ".join(holds(p, d.decode().strip()) for p, d in files if p not in skip) or "true"
 
 
+def _note_task(family, seed, files, note: str, solution: str, check: str, *moved: str) -> Task:
+  """A note task: note.txt says `note`; graded by `check` and every other file (note.txt too)
+  kept but the `moved` ones."""
+  files.append(("note.txt", f"{note}\n".encode()))
+  return make_task(
+    family, seed, "file_ops", 2, _INSTRUCTION, solution, "", files,
+    shell=grade_script(f"{check} && {_kept(files, *moved)}"),
+  )  # fmt: skip
+
+
 def note_copy(rng: random.Random, seed: int) -> Task:
   names, files = _files(rng, (2, 4))
   src, dst = f"{names[0]}.txt", f"{pseudo_word(rng)}.txt"
-  files.append(("note.txt", f"Copy the file {src} to a new file named {dst}.\n".encode()))
-  return make_task(
-    "note_copy", seed, "file_ops", 2, _INSTRUCTION, f"cp {src} {dst}", "", files,
-    shell=grade_script(f"cmp -s {src} {dst} && {_kept(files)}"),
-  )  # fmt: skip
+  note = f"Copy the file {src} to a new file named {dst}."
+  return _note_task("note_copy", seed, files, note, f"cp {src} {dst}", f"cmp -s {src} {dst}")
 
 
 def note_delete(rng: random.Random, seed: int) -> Task:
   names, files = _files(rng, (3, 5))
   gone = f"{names[rng.randrange(len(names))]}.txt"
-  files.append(("note.txt", f"Delete the file {gone} and nothing else.\n".encode()))
-  return make_task(
-    "note_delete", seed, "file_ops", 2, _INSTRUCTION, f"rm {gone}", "", files,
-    shell=grade_script(f"[ ! -e {gone} ] && {_kept(files, gone)}"),
-  )  # fmt: skip
+  note = f"Delete the file {gone} and nothing else."
+  return _note_task("note_delete", seed, files, note, f"rm {gone}", f"[ ! -e {gone} ]", gone)
 
 
 def note_rename(rng: random.Random, seed: int) -> Task:
   names, files = _files(rng, (2, 4))
   src, dst = f"{names[0]}.txt", f"{pseudo_word(rng)}.txt"
-  data = dict(files)[src].decode().strip()
-  files.append(("note.txt", f"Rename the file {src} to {dst}.\n".encode()))
-  return make_task(
-    "note_rename", seed, "file_ops", 2, _INSTRUCTION, f"mv {src} {dst}", "", files,
-    shell=grade_script(f"[ ! -e {src} ] && {holds(dst, data)} && {_kept(files, src)}"),
-  )  # fmt: skip
+  check = f"[ ! -e {src} ] && {holds(dst, dict(files)[src].decode().strip())}"
+  note = f"Rename the file {src} to {dst}."
+  return _note_task("note_rename", seed, files, note, f"mv {src} {dst}", check, src)
 
 
 def note_mkdir(rng: random.Random, seed: int) -> Task:
   names, files = _files(rng, (2, 4))
   src, folder = f"{names[0]}.txt", pseudo_word(rng)
-  data = dict(files)[src].decode().strip()
-  files.append(("note.txt", f"Make a folder named {folder} and move {src} into it.\n".encode()))
-  return make_task(
-    "note_mkdir", seed, "file_ops", 2, _INSTRUCTION, f"mkdir -p {folder} && mv {src} {folder}/",
-    "", files,
-    shell=grade_script(f"[ ! -e {src} ] && {holds(f'{folder}/{src}', data)} && {_kept(files, src)}"),
-  )  # fmt: skip
+  check = f"[ ! -e {src} ] && {holds(f'{folder}/{src}', dict(files)[src].decode().strip())}"
+  note = f"Make a folder named {folder} and move {src} into it."
+  solution = f"mkdir -p {folder} && mv {src} {folder}/"
+  return _note_task("note_mkdir", seed, files, note, solution, check, src)
 
 
 FAMILIES = {f.__name__: f for f in (note_copy, note_delete, note_rename, note_mkdir)}

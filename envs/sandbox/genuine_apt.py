@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import json
 import lzma
 import os
 import re
@@ -27,7 +26,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from envs.sandbox import apt_sources
+from envs.sandbox import apt_sources, genuine_cache
 from envs.sandbox.egress_sources import PackageSources
 from envs.sandbox.rootview import RootView
 
@@ -204,11 +203,8 @@ def fetch(pkg: tuple[str, str, str], archs: set[str], sources: PackageSources, c
       continue
     filename, sha = entry
     path = os.path.join(cache, "apt", f"{sha}.v2.json")  # v2: with staged conffiles
-    try:
-      with open(path) as f:
-        return json.load(f), ""
-    except (OSError, ValueError):
-      pass
+    if (hit := genuine_cache.load(path)) is not None:
+      return hit, ""
     base = url.rsplit("/dists/", 1)[0] if "/dists/" in url else url.rsplit("/", 1)[0]
     data = _get(urllib.parse.urljoin(base + "/", filename))
     if data is None or hashlib.sha256(data).hexdigest() != sha:
@@ -220,10 +216,7 @@ def fetch(pkg: tuple[str, str, str], archs: set[str], sources: PackageSources, c
         found = _staged(_deb_members(tmp.name), _conffiles(tmp.name))
       except (OSError, tarfile.TarError) as e:
         return None, f"{name} {version}: {e}"
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(f"{path}.{os.getpid()}.tmp", "w") as f:
-      json.dump(found, f)
-    os.replace(f"{path}.{os.getpid()}.tmp", path)
+    genuine_cache.keep(path, found)
     return found, ""
   return None, f"{name} {version} ({arch}): in no index of the sandbox's apt sources"
 

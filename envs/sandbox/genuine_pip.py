@@ -20,6 +20,7 @@ import sys
 import tempfile
 import zipfile
 
+from envs.sandbox import genuine_cache
 from envs.sandbox.egress_sources import PackageSources
 from envs.sandbox.rootview import RootView
 
@@ -122,11 +123,8 @@ def _cache_name(c: dict) -> str:
 def fetch(c: dict, sources: PackageSources, cache: str) -> tuple[dict[str, str] | None, str]:
   """(members of the genuine wheel of claim `c`, "") or (None, why not); kept in `cache`."""
   path = os.path.join(cache, "pip", _cache_name(c))
-  try:
-    with open(path) as f:
-      return json.load(f), ""
-  except (OSError, ValueError):
-    pass
+  if (hit := genuine_cache.load(path)) is not None:
+    return hit, ""
   with tempfile.TemporaryDirectory(prefix="agentrl-wheel-") as dest:
     argv = [sys.executable, "-m", "pip", "download", "-q", f"{c['name']}=={c['version']}"]
     argv += ["--no-deps", "--only-binary=:all:", "--dest", dest]
@@ -142,11 +140,7 @@ def fetch(c: dict, sources: PackageSources, cache: str) -> tuple[dict[str, str] 
       err = (p.stderr.strip().splitlines() or ["no wheel"])[-1][:160]
       return None, f"{c['name']} {c['version']}: no wheel ({err})"
     found = members(os.path.join(dest, wheels[0]))
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f"{path}.{os.getpid()}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(found, f)
-  os.replace(tmp, path)  # whole or absent: a concurrent grader reads one or the other
+  genuine_cache.keep(path, found)
   return found, ""
 
 

@@ -253,7 +253,10 @@ def loss_from_logprobs(logp_BT, ent_BT, inputs: dict, segs: Segments, d: Denoms,
     tok["entropy"] = jax.lax.stop_gradient(ent_BT)
   log_ratio_BT = jnp.log(jnp.maximum(jax.lax.stop_gradient(ratio_BT), 1e-30))
   ratio_sg = jax.lax.stop_gradient(ratio_BT)
-  tok.update(ratio=ratio_sg, approx_kl=ratio_sg - 1.0 - log_ratio_BT)
+  # nll: the cross-entropy of the trained tokens; for the supervised loss (advantage 1, ratio 1:
+  # rl.rft) the surrogate is a constant -1, so this is the loss worth watching.
+  nll_BT = -jax.lax.stop_gradient(logp_BT)
+  tok.update(ratio=ratio_sg, approx_kl=ratio_sg - 1.0 - log_ratio_BT, nll=nll_BT)
   tok.update(mismatch(logp_BT, behave_BT, cfg))
   metrics = {
     "sum": {k: jnp.sum(jax.lax.stop_gradient(v) * mask_BT) for k, v in tok.items()},

@@ -203,6 +203,18 @@ def test_ppo_hand_computed():
   np.testing.assert_allclose(float(m["sum"]["clip_frac_low"]), 1.0)
 
 
+def test_supervised_loss_reports_its_cross_entropy():
+  """RFT's loss (rl.rft.supervised_loss: advantage 1, ratio 1) is the constant -1 surrogate;
+  the `nll` metric is the masked tokens' cross-entropy: -(ln .5 + ln .25) summed."""
+  from rl import rft
+
+  ln = math.log
+  x = hand_inputs([ln(0.5), ln(0.25)], [ln(0.5), ln(0.25)], 1.0)
+  loss, m = run1(x, rft.supervised_loss())
+  np.testing.assert_allclose(float(loss), -1.0, rtol=1e-6)
+  np.testing.assert_allclose(float(m["sum"]["nll"]), -(ln(0.5) + ln(0.25)), rtol=1e-6)
+
+
 def test_gspo_and_cispo_hand_computed():
   ln = math.log
   # GSPO: log-ratios log 2 and 0 -> sequence ratio sqrt(2) = 1.414 > 1.28 -> clipped, A = 1.

@@ -122,6 +122,9 @@ class TestSpec:
   rewrite_paths: bool = False  # map /tests and /logs/verifier at grading (task folders: on)
   pre_script: str = ""  # a format's test-script steps that run before pytest (in order)
   post_script: str = ""  # ... and after it (each must exit 0 for a pass)
+  # The agent's listening services stay up while the tests run, as in Terminal-Bench's and
+  # Harbor's harnesses (their loaders: on); off for every other task (envs.sandbox.services)
+  keep_services: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ import uuid
 
 from envs import sandbox as sandbox_lib
 from envs.grading.workspace import manifest_cmd
+from envs.sandbox import services
 from envs.sandbox.base import Sandbox, SandboxError, SandboxSpec, passwd_entry
 from envs.task import FileEntry, Task
 
@@ -28,30 +29,7 @@ class TaskSetupError(RuntimeError):
   """The task's environment could not be built (a task defect, not an infrastructure one)."""
 
 
-# Kills every process in the sandbox except this shell's ancestors and the session of pid 1
-# (the sandbox's init and its helpers: killing the helper init forks could end the sandbox;
-# no process of an exec can join that session), so nothing the agent left running (a daemon
-# rewriting files) survives into grading. Builtins only (no fork per process); loops because
-# a process may fork while we walk /proc. Each stat file is read whole (`read -d ''`) and cut
-# after its LAST ") ": the process name is printed raw and may hold ")" and newlines, so a
-# line-wise read would let a process named ") S 0 1 1\n" fake its session and be spared.
-KILL_STRAYS = r"""
-__anc=" $$ "; __p=$$
-while [ "$__p" -gt 1 ] 2>/dev/null; do
-  __s=; read -r -d '' __s 2>/dev/null < /proc/$__p/stat; [ -n "$__s" ] || break
-  __s=${__s##*) }; set -- $__s; __p=$2; __anc="$__anc$__p "
-done
-for __i in 1 2 3; do
-  for __d in /proc/[0-9]*; do
-    __pid=${__d#/proc/}
-    case "$__anc" in *" $__pid "*) continue;; esac
-    __s=; read -r -d '' __s 2>/dev/null < $__d/stat; [ -n "$__s" ] || continue
-    __s=${__s##*) }; set -- $__s
-    [ "$4" = 1 ] || kill -9 "$__pid" 2>/dev/null
-  done
-done
-set --; unset __anc __p __s __i __d __pid
-"""
+KILL_STRAYS = services.kill_script()  # the in-sandbox backstop (envs.sandbox.services)
 
 
 _SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(SandboxSpec))
@@ -125,15 +103,21 @@ def workspace_manifest(sb: Sandbox, workdir: str, timeout_s: float = 60.0) -> di
   return json.loads(out.strip().splitlines()[-1])
 
 
-def kill_strays(sb: Sandbox, backstop: bool = True) -> None:
+def kill_strays(
+  sb: Sandbox, backstop: bool = True, keep_services: bool = False
+) -> tuple[services.Service, ...]:
   """Kills every agent process by cgroup / pid namespace (the backend's `kill_strays`), then
-  runs the in-sandbox KILL_STRAYS as a backstop for backends without one."""
+  runs the in-sandbox backstop for backends without one. `keep_services`: the processes that
+  listen on a socket, and their descendants, survive (envs.sandbox.services); returns them."""
+  pid1 = sb.host_init_pid() if keep_services else None
+  kept = services.find(pid1) if pid1 is not None else ()
   try:
-    sb.kill_strays()
+    sb.kill_strays(kept)
   except NotImplementedError:
     backstop = True
   if backstop:
-    sb.exec(KILL_STRAYS, timeout_s=30)
+    sb.exec(services.kill_script(kept), timeout_s=30)
+  return kept
 
 
 def sandbox_home(sb: Sandbox) -> str | None:

@@ -45,6 +45,13 @@ _PACKAGE_EGRESS = flags.DEFINE_bool(
   "Tasks that allow the network (TB1, Harbor allow_internet) reach this machine's configured "
   "package sources (pip, apt) through an allow-list proxy; --nopackage_egress: no network.",
 )
+_KEEP_SERVICES = flags.DEFINE_bool(
+  "keep_services",
+  None,
+  "The agent's listening services stay up while the tests run (Terminal-Bench's and Harbor's "
+  "harness; their tasks' default); --nokeep_services: kill every agent process first (the "
+  "default of every other task). Unset: each task's choice. No effect with --verifier_mode=fresh.",
+)
 _OUT = flags.DEFINE_string("out", None, "Output folder.")
 _SEED = flags.DEFINE_integer("seed", 0, "Run seed (per-trial seeds derive from it).")
 _SAMPLE = flags.DEFINE_integer(
@@ -194,7 +201,7 @@ def main(argv):
     seed=_SEED.value,
     retries=_RETRIES.value,
     package_egress=_PACKAGE_EGRESS.value,
-    verifier=VerifierConfig(mode=_VERIFIER_MODE.value),
+    verifier=VerifierConfig(mode=_VERIFIER_MODE.value, keep_services=_KEEP_SERVICES.value),
   )
   agent, close = _agent(settings)
   out = pathlib.Path(_OUT.value)

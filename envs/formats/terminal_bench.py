@@ -99,7 +99,8 @@ def _tests(
   root: pathlib.Path, runner_script: pathlib.Path, parser: str | None = None
 ) -> tuple[TestSpec, TestScript | None]:
   """The hidden tests, with the format's runner script split by envs.formats.test_script; `parser`:
-  Terminal-Bench 1's parser_name, which scores a script that does not run pytest itself."""
+  Terminal-Bench 1's parser_name, which scores a script that does not run pytest itself. Their
+  harness runs the tests beside the agent's running services: `keep_services` is on."""
   tests = read_tree(root / "tests")
   rel = (
     runner_script.relative_to(root / "tests").as_posix()
@@ -110,7 +111,7 @@ def _tests(
   if not runner_script.is_file():
     if infer_runner(others) != "pytest" or not others:
       raise TaskFormatError(root / "tests", "<dir>", "no tests (tests/ is missing or empty)")
-    return TestSpec(others, "pytest", rewrite_paths=True), None
+    return TestSpec(others, "pytest", rewrite_paths=True, keep_services=True), None
   plan = test_script.parse(runner_script.read_text(), str(runner_script), _texts(others))
   if plan.runs_pytest:
     if not any(pathlib.PurePosixPath(t.path).name.startswith("test_") for t in others):
@@ -118,7 +119,12 @@ def _tests(
         runner_script, "pytest", "the script runs pytest but tests/ holds no test_*.py file"
       )
     spec = TestSpec(
-      others, "pytest", rewrite_paths=True, pre_script=plan.pre, post_script=plan.post
+      others,
+      "pytest",
+      rewrite_paths=True,
+      pre_script=plan.pre,
+      post_script=plan.post,
+      keep_services=True,
     )
     return spec, plan
   script = ("set -e\n" if plan.set_e else "") + plan.shell
@@ -133,7 +139,7 @@ def _tests(
     raise TaskFormatError(
       runner_script.parent / "task.yaml", "parser_name", f"parser {parser!r} is not supported"
     )
-  return TestSpec(others + files, "shell", rewrite_paths=True), plan
+  return TestSpec(others + files, "shell", rewrite_paths=True, keep_services=True), plan
 
 
 def _solution(root: pathlib.Path, candidates: tuple[str, ...]) -> tuple[str, tuple[FileEntry, ...]]:

@@ -22,6 +22,8 @@ import re
 import shlex
 
 from envs.grading.workspace import NO_PYCACHE
+from envs.sandbox import services
+from envs.sandbox.services import Service
 from envs.task import FileEntry, Task
 from envs.task_env import KILL_STRAYS
 
@@ -77,10 +79,11 @@ os._exit(int(rc))
 """.replace("WITNESS", repr(WITNESS.encode()))
 
 
-def prepare_command(gdir: str, nonce: str, manifest: str) -> str:
-  """Kills strays, makes the grader's folders (prints `ready-<nonce>`), then the manifest."""
+def prepare_command(gdir: str, nonce: str, manifest: str, keep: tuple[Service, ...] = ()) -> str:
+  """Kills strays (but `keep`), makes the grader's folders (prints `ready-<nonce>`), then the
+  manifest."""
   return (
-    f"{KILL_STRAYS}\n/bin/rm -rf {GRADER_ROOT}-* 2>/dev/null; umask 077; "
+    f"{services.kill_script(keep)}\n/bin/rm -rf {GRADER_ROOT}-* 2>/dev/null; umask 077; "
     f"/bin/mkdir {gdir} && /bin/mkdir {gdir}/tests {gdir}/logs {gdir}/home "
     f"&& echo ready-{nonce}; {manifest}"
   )
@@ -134,7 +137,7 @@ def runner_files(task: Task, gdir: str) -> tuple[FileEntry, ...]:
   )
 
 
-def _test_env(task: Task, gdir: str, nonce: str) -> str:
+def _test_env(task: Task, gdir: str, nonce: str, package_env: dict[str, str]) -> str:
   tdir, ldir = f"{gdir}/tests", f"{gdir}/logs"
   env = {
     "PATH": SYSTEM_PATH,
@@ -148,6 +151,7 @@ def _test_env(task: Task, gdir: str, nonce: str) -> str:
     "AGENTRL_NONCE": nonce,
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
+    **package_env,
     **dict(task.env),
     **dict(task.tests.env),
   }
@@ -157,15 +161,27 @@ def _test_env(task: Task, gdir: str, nonce: str) -> str:
 
 
 def grade_command(
-  task: Task, gdir: str, nonce: str, timeout: float, files: tuple[FileEntry, ...]
+  task: Task,
+  gdir: str,
+  nonce: str,
+  timeout: float,
+  files: tuple[FileEntry, ...],
+  keep: tuple[Service, ...] = (),
+  package_env: dict[str, str] | None = None,
 ) -> str:
-  """The one shell command that checks the uploaded files, runs the tests, prints the report."""
+  """The one shell command that checks the uploaded files, runs the tests, prints the report.
+
+  `keep`: the agent's services, alive while the tests run (the files are checked again after
+  the run, when everything is dead). `package_env`: the sandbox's package-egress settings
+  (proxy, pip index), which the tests' clean environment would otherwise lose.
+  """
   tdir, ldir = f"{gdir}/tests", f"{gdir}/logs"
   sums = "".join(f"{hashlib.sha256(f.data).hexdigest()}  {gdir}/{f.path}\n" for f in files)
-  check = (
-    f"/usr/bin/sha256sum --quiet --strict -c - >/dev/null 2>&1 <<'__AGENTRL_SUMS__' || "
-    f'{{ echo "{TESTS_CHANGED}{nonce}"; exit 0; }}\n{sums}__AGENTRL_SUMS__\n'
-  )
+  verify = "/usr/bin/sha256sum --quiet --strict -c - >/dev/null 2>&1 <<'__AGENTRL_SUMS__' || "
+  check = f'{verify}{{ echo "{TESTS_CHANGED}{nonce}"; exit 0; }}\n{sums}__AGENTRL_SUMS__\n'
+  # A kept service runs beside the tests: one that rewrote them and did not put them back
+  # is caught here (a rewrite undone before this point is not: docs/security.md).
+  recheck = f'{verify}echo "{TESTS_CHANGED}{nonce}"\n{sums}__AGENTRL_SUMS__\n' if keep else ""
   if task.tests.runner == "shell":
     run = f"/bin/bash {tdir}/test.sh > {ldir}/test-output.txt 2>&1"
     # The reward files are read right here, after the strays are killed, not by a later call.
@@ -185,9 +201,10 @@ def grade_command(
     f'echo "{OUTPUT_BEGIN}{nonce}"; /usr/bin/tail -c {OUTPUT_BYTES} {ldir}/test-output.txt '
     f'2>/dev/null | /usr/bin/base64 -w0; echo; echo "{OUTPUT_END}{nonce}"\n'
   )
+  env = _test_env(task, gdir, nonce, package_env or {})
   return (
-    f"{KILL_STRAYS}\n{check}cd {shlex.quote(task.workdir)} || exit 90\n{head}"
-    f"/usr/bin/env -i {_test_env(task, gdir, nonce)} /usr/bin/timeout -k 5 {int(timeout)} "
-    f"{run}\n__rc=$?\n{KILL_STRAYS}\n{tail}{output}"
+    f"{services.kill_script(keep)}\n{check}cd {shlex.quote(task.workdir)} || exit 90\n{head}"
+    f"/usr/bin/env -i {env} /usr/bin/timeout -k 5 {int(timeout)} "
+    f"{run}\n__rc=$?\n{KILL_STRAYS}\n{recheck}{tail}{output}"
     f'echo "{RC_MARK}${{__rc}}@@{nonce}"'
   )

@@ -2,12 +2,14 @@
 
 The tests enter the sandbox only now (mode `after`), or the agent's workspace is carried
 into a fresh copy of the task environment first (mode `fresh`). Before the tests are
-uploaded, every process the agent left is killed and the grader's folders are created under a
-fresh unguessable name; the uploaded files are checked against their sha256 right before
-they run. What runs in the sandbox is built by envs.grading.grader_command (pytest isolated from the
-agent's environment, the report out of the test process's reach); what it printed is scored
-by envs.grading.scoring (failure modes, masking). Anything the agent can cause in a live sandbox is
-the agent's failure (`grader_blocked`), never an infrastructure mask.
+uploaded, every process the agent left is killed (with `keep_services`, Terminal-Bench's
+rule, all but its listening services: envs.sandbox.services) and the grader's folders are
+created under a fresh unguessable name; the uploaded files are checked against their sha256
+right before they run. What runs in the sandbox is built by envs.grading.grader_command
+(pytest isolated from the agent's environment, the report out of the test process's reach);
+what it printed is scored by envs.grading.scoring (failure modes, masking). Anything the agent
+can cause in a live sandbox is the agent's failure (`grader_blocked`), never an
+infrastructure mask.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from envs.grading.scoring import (
   score_pytest,
   score_shell,
 )
-from envs.sandbox import genuine, system_guard
+from envs.sandbox import genuine, services, system_guard
 from envs.sandbox.base import Sandbox, SandboxError, SandboxExhaustedError
 from envs.sandbox.rootview import RootView
 from envs.task import FileEntry, Task
@@ -68,6 +70,9 @@ class VerifierConfig:
     True  # "fresh" restores the sandbox's pristine snapshot if it has one
   )
   max_log_chars: int = 20000
+  # The agent's listening processes stay up while the tests run (Terminal-Bench's harness);
+  # None: the task's choice (TestSpec.keep_services). Never in "fresh" mode.
+  keep_services: bool | None = None
 
 
 def _alive(sb: Sandbox) -> bool:
@@ -122,7 +127,8 @@ class Verifier:
     try:
       if mode == "fresh":
         box, fresh = self._fresh_box(ts)
-      res = self._grade_in(box, task, ts.baseline, (fresh or ts).system_baseline)
+      keep = mode == "after" and self._keeps(task)
+      res = self._grade_in(box, task, ts.baseline, (fresh or ts).system_baseline, keep)
     except TaskSetupError as e:
       return masked_result(task.id, "task_error", str(e), time.monotonic() - t0)
     except (SandboxError, OSError) as e:
@@ -146,8 +152,13 @@ class Verifier:
       res = dataclasses.replace(res, failure_mode="agent_timeout")
     return dataclasses.replace(res, duration_s=time.monotonic() - t0)
 
+  def _keeps(self, task: Task) -> bool:
+    ks = self.cfg.keep_services
+    return task.tests.keep_services if ks is None else ks
+
   def _fresh_box(self, ts: TaskSandbox) -> tuple[Sandbox, TaskSandbox | None]:
-    """The agent's workspace inside a fresh copy of the task environment."""
+    """The agent's workspace inside a fresh copy of the task environment (no process can
+    follow it there: keep_services has no effect in this mode)."""
     task, wd = ts.task, shlex.quote(ts.task.workdir)
     kill_strays(ts.sandbox)
     with tempfile.TemporaryDirectory(prefix="agentrl-fresh-") as tmp:
@@ -163,22 +174,30 @@ class Verifier:
     return box, owner
 
   def _grade_in(
-    self, sb: Sandbox, task: Task, baseline: dict[str, str], system: dict[str, str] | None
+    self,
+    sb: Sandbox,
+    task: Task,
+    baseline: dict[str, str],
+    system: dict[str, str] | None,
+    keep_services: bool = False,
   ) -> GradeResult:
     nonce = uuid.uuid4().hex
     gdir = f"{GRADER_ROOT}-{nonce}"
     tdir, ldir = f"{gdir}/tests", f"{gdir}/logs"
     neutralize_login(sb)
-    kill_strays(sb, backstop=False)  # the prepare script runs KILL_STRAYS as the backstop
+    # The prepare script runs the in-sandbox backstop; kept services survive both.
+    kept = kill_strays(sb, backstop=False, keep_services=keep_services)
+    kept_flag = (f"kept_services:{services.names(kept)}",) if kept else ()
     bad, notes = system_flags(sb, system)
     if bad:  # nothing the sandbox runs can be trusted now
       why = "the agent changed what the grader runs in the sandbox (python, pytest, bash, libs)"
       why += "".join(f"; {n}" for n in notes[:5])
-      return GradeResult(task.id, False, 0.0, "tamper", flags=tuple(bad), detail=why)
-    flags = self._prepare(sb, task, baseline, gdir, nonce)
+      return GradeResult(task.id, False, 0.0, "tamper", flags=(*bad, *kept_flag), detail=why)
+    flags = self._prepare(sb, task, baseline, gdir, nonce, kept)
     if flags is None:
       why = "the grader could not prepare its folders in the live sandbox"
-      return GradeResult(task.id, False, 0.0, "grader_blocked", detail=why)
+      return GradeResult(task.id, False, 0.0, "grader_blocked", flags=kept_flag, detail=why)
+    flags += kept_flag
     files = tuple(
       FileEntry(f"tests/{f.path}", f.data, f.mode) for f in hidden_test_files(task, tdir, ldir)
     )
@@ -191,7 +210,9 @@ class Verifier:
         task.id, False, 0.0, "grader_blocked", flags=tuple(flags), detail=why[-1000:]
       )
     timeout = self.cfg.test_timeout_s or task.test_timeout_s
-    r = sb.exec(grade_command(task, gdir, nonce, timeout, files), timeout_s=timeout + 60)
+    egress = getattr(sb, "egress", None)  # the task's network allowed package sources
+    cmd = grade_command(task, gdir, nonce, timeout, files, kept, egress.env() if egress else {})
+    r = sb.exec(cmd, timeout_s=timeout + 60)
     m = re.search(re.escape(RC_MARK) + r"(\d+)@@" + nonce, r.stdout)
     rc = int(m.group(1)) if m else None
     report = _between(r.stdout, f"{REPORT_BEGIN}{nonce}\n", f"\n{REPORT_END}{nonce}")
@@ -202,7 +223,8 @@ class Verifier:
     text = _decoded(output).replace(tdir, "/tests").replace(ldir, "/logs/verifier")
     base = dict(task_id=task.id, exit_code=rc, flags=tuple(flags), log=log, output=text)
     if f"{TESTS_CHANGED}{nonce}" in r.stdout:
-      why = "the hidden tests changed between upload and run (a process outlived the cleanup)"
+      why = "the hidden tests changed after upload (a process outlived the cleanup"
+      why += ", or a kept service rewrote them)" if kept else ")"
       flags.append("tamper:tests_modified")
       base["flags"] = tuple(flags)
       return GradeResult(passed=False, reward=0.0, failure_mode="tamper", detail=why, **base)
@@ -232,13 +254,20 @@ class Verifier:
     return dataclasses.replace(res, tests=tuple(task_paths(list(res.tests), tdir, ldir)))
 
   def _prepare(
-    self, sb: Sandbox, task: Task, baseline: dict[str, str], gdir: str, nonce: str
+    self,
+    sb: Sandbox,
+    task: Task,
+    baseline: dict[str, str],
+    gdir: str,
+    nonce: str,
+    kept: tuple[services.Service, ...] = (),
   ) -> list[str] | None:
-    """Makes the grader folders (killing strays again), scans the workspace for tampering.
+    """Makes the grader folders (killing strays again, but `kept`), scans the workspace for
+    tampering.
 
     None: the grader could not make its folders (the agent's doing, in a live sandbox).
     """
-    r = sb.exec(prepare_command(gdir, nonce, manifest_cmd(task.workdir)), timeout_s=60)
+    r = sb.exec(prepare_command(gdir, nonce, manifest_cmd(task.workdir), kept), timeout_s=60)
     lines = r.stdout.strip().splitlines()
     if f"ready-{nonce}" not in lines[:-1]:
       if not _alive(sb):

@@ -120,10 +120,16 @@ class Sandbox(abc.ABC):
   @abc.abstractmethod
   def alive(self) -> bool: ...
 
-  def kill_strays(self) -> None:
+  def kill_strays(self, keep: tuple = ()) -> None:
     """Kills every process of the sandbox but its init (by cgroup or pid namespace, never by
-    name), so nothing the agent left running survives into grading."""
+    name), so nothing the agent left running survives into grading; but `keep`, the services
+    that envs.sandbox.services.find chose (grading with keep_services)."""
     raise NotImplementedError
+
+  def host_init_pid(self) -> int | None:
+    """The host pid of the sandbox's init (pid 1 of its pid namespace), where the host can see
+    the sandbox's processes; None elsewhere."""
+    return None
 
   def pids_stats(self) -> tuple[int, int] | None:
     """(processes now, forks refused at the pids limit), if the backend can tell."""

@@ -40,6 +40,7 @@ from envs.sandbox import (
   overlay,
   pipes,
   seccomp,
+  services,
   system_guard,
   userns,
 )
@@ -396,14 +397,24 @@ class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
     self._check_open()
     return f"/proc/self/fd/{self._upper}/u", (str(self._rootfs),)
 
-  def kill_strays(self) -> None:
+  def host_init_pid(self) -> int | None:
     self._check_open()
-    if self._cg is not None and self._cg.kill_leaves(spare="init"):
+    return self.pid1
+
+  def kill_strays(self, keep: tuple = ()) -> None:
+    self._check_open()
+    hosts = frozenset(s.host_pid for s in keep)
+    if self._cg is not None and self._cg.kill_leaves(spare="init", keep=hosts):
       return
     # No tracking cgroup: kill(-1) inside the pid namespace (no login shell the agent could
-    # have rigged) kills everything the exec's uid may signal but pid 1.
+    # have rigged) kills everything the exec's uid may signal but pid 1; with services to
+    # keep, the backstop script that spares them does.
     tag = f"{self.name}-kill-{time.monotonic_ns()}"
-    argv = ["/bin/sh", "-c", common.KILL_ALL]
+    argv = (
+      ["/bin/bash", "-c", services.kill_script(keep)]
+      if keep
+      else ["/bin/sh", "-c", common.KILL_ALL]
+    )
     p, leaf = self._spawn_inside(argv, subprocess.DEVNULL, subprocess.DEVNULL, tag)
     rc, timed_out = self._finish(p, leaf, tag, time.monotonic() + 30, False)
     if rc != 0 or timed_out:

@@ -173,15 +173,24 @@ def _wait(pred, timeout_s: float) -> bool:
   return True
 
 
-def kill_tree(d: pathlib.Path, kind: str | None, timeout_s: float = 10.0, spare: int = 0) -> bool:
-  """SIGKILLs every process in cgroup `d` and below but `spare`; True once none is left.
+def kill_tree(
+  d: pathlib.Path,
+  kind: str | None,
+  timeout_s: float = 10.0,
+  spare: int = 0,
+  keep: frozenset[int] = frozenset(),
+) -> bool:
+  """SIGKILLs every process in cgroup `d` and below but `spare` and `keep`; True once none
+  other is left.
 
   `spare` is the host-side nsenter of an exec: killed together with its child, the child
   would be re-parented to the *host's* init (which may not reap); alone, it reaps and exits.
+  `keep`: host pids that stay (the services kept through grading, envs.sandbox.services).
   """
-  if not d.is_dir() or not [p for p in _pids(d) if p != spare]:
+  keep = keep | {spare}
+  if not d.is_dir() or not [p for p in _pids(d) if p not in keep]:
     return True
-  if kind == "v2" and not spare and (d / "cgroup.kill").exists():
+  if kind == "v2" and keep == {0} and (d / "cgroup.kill").exists():
     _write(d / "cgroup.kill", "1")
   elif kind in ("freezer", "v2"):
     # Frozen tasks cannot fork, so one pass catches a fork bomb; SIGKILL lands on thaw.
@@ -191,11 +200,11 @@ def kill_tree(d: pathlib.Path, kind: str | None, timeout_s: float = 10.0, spare:
     _write(d / state, frozen)
     if kind == "freezer":
       _wait(lambda: (d / state).read_text().strip() != "FREEZING", 1.0)
-    _kill_pids([p for p in _pids(d) if p != spare])
+    _kill_pids([p for p in _pids(d) if p not in keep])
     _write(d / state, thawed)
 
   def empty():
-    pids = [p for p in _pids(d) if p != spare]
+    pids = [p for p in _pids(d) if p not in keep]
     _kill_pids(pids)  # also the only mechanism for plain limit cgroups
     return not pids
 
@@ -287,12 +296,13 @@ class SandboxCgroup:
       return all(kill_tree(d, None) for _, d in self.dirs)
     return False  # no tracking tree: the caller falls back to process groups
 
-  def kill_leaves(self, spare: str = "init") -> bool:
-    """Kills the processes of every exec leaf (not `spare`); False without a tracking tree."""
+  def kill_leaves(self, spare: str = "init", keep: frozenset[int] = frozenset()) -> bool:
+    """Kills the processes of every exec leaf (not `spare`) but the host pids `keep`; False
+    without a tracking tree."""
     if self.track is None:
       return False
     leaves = [d for d in _subdirs(self.track) if d.name != spare]
-    ok = all([kill_tree(d, self.support.track_kind) for d in leaves])
+    ok = all([kill_tree(d, self.support.track_kind, keep=keep) for d in leaves])
     _wait(self._reaped, 10.0)  # the next exec may need the slots (a full process table)
     return ok
 

@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 import time
 
-from envs.sandbox import common
+from envs.sandbox import common, services
 from envs.sandbox.base import SandboxError, TransferLimitError
 
 SNAP_REPO = "agentrl-snap"
@@ -176,9 +176,10 @@ class ArchiveFileOps:
 
   # --- processes ----------------------------------------------------------------------------
 
-  def _kill_since(self, since: int) -> bool:
+  def _kill_since(self, since: int, keep: frozenset[int] = frozenset()) -> bool:
     """SIGKILLs, from the host, every container process started at or after `since` (boot
-    ticks) but pid 1's session; False when the daemon's pids are not this host's."""
+    ticks) but pid 1's session and the host pids `keep`; False when the daemon's pids are not
+    this host's."""
     try:
       pid1 = int(self.api.inspect_container(self.id)["State"]["Pid"])
     except Exception:  # noqa: BLE001 (gone: nothing to kill)
@@ -199,7 +200,7 @@ class ArchiveFileOps:
         for row in procs:
           pid = int(row[0])
           f = _stat_fields(pid)
-          if pid == pid1 or f is None or f[3] == init[3] or int(f[19]) < since:
+          if pid == pid1 or pid in keep or f is None or f[3] == init[3] or int(f[19]) < since:
             continue
           victims.append(pid)
           killed[pid] = f[19]
@@ -247,10 +248,20 @@ class ArchiveFileOps:
     except Exception:  # noqa: BLE001
       return None
 
-  def kill_strays(self) -> None:
+  def host_init_pid(self) -> int | None:
+    """pid 1's host pid, when the daemon's pids are this host's (its stat file is readable)."""
     self._check_open()
-    if self._kill_since(0):
+    try:
+      pid1 = int(self.api.inspect_container(self.id)["State"]["Pid"])
+    except Exception:  # noqa: BLE001 (gone: nothing to keep)
+      return None
+    return pid1 if pid1 > 0 and _stat_fields(pid1) is not None else None
+
+  def kill_strays(self, keep: tuple = ()) -> None:
+    self._check_open()
+    if self._kill_since(0, frozenset(s.host_pid for s in keep)):
       return
-    rc, _, err = self._run(["/bin/sh", "-c", common.KILL_ALL])
+    script = ["/bin/bash", "-c", services.kill_script(keep)] if keep else None
+    rc, _, err = self._run(script or ["/bin/sh", "-c", common.KILL_ALL])
     if rc != 0:
       raise SandboxError(f"could not kill the sandbox's processes: {err[-500:]!r}")

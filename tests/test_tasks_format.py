@@ -217,10 +217,12 @@ def test_terminal_bench_loader(tmp_path):
   # pytest files present: run-tests.sh (uv from the network) is replaced by the offline pytest run.
   assert t.tests.runner == "pytest" and [f.path for f in t.tests.files] == ["test_outputs.py"]
   assert t.tests.rewrite_paths
-  assert "agentrl_apt 3 jq && :" in t.setup_script  # curl: a harness tool, dropped with a warning
+  # curl is installed as asked; the t-bench base brings its harness tools (tmux, asciinema, curl)
+  assert "agentrl_apt 3 curl jq && :" in t.setup_script
+  assert t.apt_packages == ("tmux", "asciinema", "curl", "jq")
   assert [f.path.split("/", 2)[2] for f in t.setup_files] == ["in.txt"]
   warnings = dict(t.metadata)["dockerfile_warnings"]
-  assert any("curl" in w for w in warnings) and any("python-3-13" in w for w in warnings)
+  assert any("python-3-13" in w for w in warnings)
 
 
 def test_harbor_loader(tmp_path):
@@ -339,11 +341,22 @@ def test_dockerfile_continuations_and_installers():
     "     git tmux \\\n  && curl -LsSf https://astral.sh/uv/install.sh | sh\nRUN uv venv && uv pip install numpy\n",
     (),
   )
-  assert "agentrl_apt 3 git && :" in plan.setup_script
+  # tmux is installed as asked (Terminal-Bench tasks test for it); the uv installer is dropped.
+  assert "agentrl_apt 3 git tmux && :" in plan.setup_script
   assert "agentrl_pip 7 numpy" in plan.setup_script
-  assert any("tmux" in w for w in plan.warnings) and any("uv venv" in w for w in plan.warnings)
-  with pytest.raises(dockerfile.DockerfileError):
-    dockerfile.translate("FROM debian\nRUN apt-get install -y tmux\n", (), strict=True)
+  assert any("uv venv" in w for w in plan.warnings)
+  assert not any("tmux" in w for w in plan.warnings)
+  strict = dockerfile.translate("FROM debian\nRUN apt-get install -y tmux\n", (), strict=True)
+  assert strict.apt_packages == ("tmux",)
+
+
+def test_tbench_base_brings_its_harness_tools():
+  """t-bench's base images are a public image plus tmux, asciinema and curl (its harness's)."""
+  plan = dockerfile.translate(
+    "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\nRUN apt-get install -y git\n", ()
+  )
+  assert {"tmux", "asciinema", "curl", "git"} <= set(plan.apt_packages)
+  assert "agentrl_apt 1 tmux asciinema curl" in plan.setup_script
 
 
 def test_tb_tests_without_pytest_use_the_script(tmp_path):

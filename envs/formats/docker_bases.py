@@ -76,9 +76,18 @@ def _buildpack(repo: str, tag: str) -> tuple[str, ...]:
   return BUILDPACK_CURL if tag.endswith("curl") else BUILDPACK_FULL
 
 
+# Terminal-Bench's own base images (ghcr.io/laude-institute/t-bench/*) are a public image plus
+# what its harness drives the container with: tmux (the agent's session), asciinema (the
+# recording) and curl. Task tests check for them (`which tmux`), so the replay installs them.
+TBENCH_PREFIX = KNOWN_BASES[0][0]
+TBENCH_PACKAGES = ("tmux", "asciinema", "curl")
+
+
 def toolchain(image: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None:
   """(apt packages, ENV) standing in for a language image's toolchain (and the buildpack-deps
-  layers it is built on), or None."""
+  layers it is built on), or for a Terminal-Bench base image's harness tools; or None."""
+  if image.startswith(TBENCH_PREFIX):
+    return TBENCH_PACKAGES, ()
   repo, tag = repo_tag(image)
   layer = _buildpack(repo, tag)
   tool = _toolchain(repo, tag)

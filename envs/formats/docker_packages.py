@@ -1,5 +1,5 @@
-"""Package steps of a Dockerfile: the apt and pip packages a RUN line installs, the harness
-tools that are dropped, and the setup-script prelude that checks the packages are in the image
+"""Package steps of a Dockerfile: the apt and pip packages a RUN line installs and the
+setup-script prelude that checks the packages are in the image
 (the per-task image layer installs them at build time; the sandbox has no network)."""
 
 from __future__ import annotations
@@ -8,11 +8,6 @@ import dataclasses
 import posixpath
 import re
 
-# Tools a harness or a network installer needs, never the task itself: dropped with a warning.
-HARNESS_PACKAGES = frozenset(
-  "tmux asciinema curl wget ca-certificates gnupg gnupg2 lsb-release software-properties-common "
-  "apt-transport-https apt-utils locales tzdata".split()
-)
 APT_NOOP = {
   "update",
   "upgrade",

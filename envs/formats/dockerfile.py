@@ -19,7 +19,9 @@ the remaining steps into a setup script plus staged files:
                 per-task image layer at build time; the replayed step then only checks that
                 they are there (failing, naming the line, when they are not); apt
                 housekeeping is dropped; network installers of test tooling (uv, curl | sh)
-                are dropped because the verifier runs pytest offline
+                are dropped because the verifier brings its own pytest; harness tools (tmux,
+                asciinema, curl) are installed like any package, and Terminal-Bench's base
+                images bring them (docker_bases.TBENCH_PACKAGES)
 
 A step that cannot be replayed fails statically (`DockerfileError`, naming the line) or, when
 only the sandbox can tell (a missing package), the setup script exits with code 97 and a
@@ -49,7 +51,6 @@ from envs.formats.docker_bases import (
   toolchain,
 )
 from envs.formats.docker_packages import (
-  HARNESS_PACKAGES,
   INSTALLER_URL,
   PRELUDE,
   apt_install,
@@ -234,18 +235,10 @@ class _Translator:
     prog = argv[0]
     pkgs = apt_install(argv)
     if pkgs is not None:
-      skipped = sorted(set(pkgs) & HARNESS_PACKAGES)
-      if skipped and self.strict:
-        raise self.err(
-          line, text, f"strict: harness/network packages {' '.join(skipped)} are not in the image"
-        )
-      if skipped:
-        self.warn(line, f"harness/network packages not installed: {' '.join(skipped)}")
       self.apt += [p for p in pkgs if p not in self.apt]
       if no_recommends(argv):  # Debian's default otherwise: recommends come too, as in Docker
         self.no_rec += [p for p in pkgs if p not in self.no_rec]
-      need = [p for p in pkgs if p not in HARNESS_PACKAGES]
-      return f"agentrl_apt {line} {shlex.join(need)}" if need else ":"
+      return f"agentrl_apt {line} {shlex.join(pkgs)}" if pkgs else ":"
     if apt_noop(argv):
       return ":"
     if prog == "add-apt-repository":  # a PPA is the network: its packages come from our sources

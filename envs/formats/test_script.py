@@ -27,7 +27,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping
 
-from envs.formats.docker_packages import HARNESS_PACKAGES, pip_install
+from envs.formats.docker_packages import pip_install
 from envs.task import TaskFormatError
 
 # Test tooling a script installs for itself: the verifier brings its own pytest.
@@ -236,7 +236,7 @@ def parse(script: str, file: str, helpers: Mapping[str, str] | None = None) -> T
     if pk is not None:
       kind, names = pk
       if kind == "apt":
-        apt += [n for n in names if n not in HARNESS_PACKAGES]
+        apt += names
       else:
         pip += [n for n in names if not TOOLING.match(_name(n))]
       dropped.append(f"{loc}: {cmd.splitlines()[0][:120]}")

@@ -37,8 +37,8 @@ SERVER_TASK = {
       time.sleep(1.0)
       assert Path("/app/ticks").read_text() == before
 
-    def test_the_server_answers():
-      with urllib.request.urlopen("http://127.0.0.1:8765/index.html", timeout=10) as r:
+    def test_the_server_answers():  # by name, as TB's tests do (`curl localhost:3000`)
+      with urllib.request.urlopen("http://localhost:8765/index.html", timeout=10) as r:
         assert r.read() == b"hello\\n"
   """,
 }

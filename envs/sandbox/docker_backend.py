@@ -195,8 +195,7 @@ class DockerSandbox(docker_files.ArchiveFileOps, fileops.TarFileOps, Sandbox):
         working_dir=s.workdir,
         hostname="sandbox",
         labels={LABEL: "1", OWNER: owner},
-        host_config=hc,
-        network_disabled=not common.host_network(s),
+        host_config=hc,  # network "none": loopback only, and an /etc/hosts naming localhost
       )
       self.id = c["Id"]
       if s.mode == "container" and not sized:  # overlay2 on ext4 ignores storage_opt

@@ -264,7 +264,14 @@ def _patterns(tmp_path) -> pathlib.Path:
 def test_translation_of_real_task_patterns(tmp_path):
   root = _patterns(tmp_path)
   tb2 = load_any(root / "tb2-base", "real")
-  assert tb2.workdir == "/app" and ("python3", "coreutils") == tb2.apt_packages[:2]
+  # a t-bench base brings its harness tools first (docker_bases.TBENCH_PACKAGES)
+  assert tb2.workdir == "/app" and tb2.apt_packages[:5] == (
+    "tmux",
+    "asciinema",
+    "curl",
+    "python3",
+    "coreutils",
+  )
   assert tb2.tests.runner == "pytest" and "cp /tests/expected.txt" in tb2.tests.pre_script
   assert "export WANT" in tb2.tests.pre_script and not tb2.tests.post_script
   assert {f.path for f in tb2.tests.files} == {"expected.txt", "test_outputs.py"}

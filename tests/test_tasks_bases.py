@@ -107,7 +107,8 @@ def test_an_added_apt_repository_is_dropped_and_its_packages_checked():
     "&& apt-get install -y python3.11 python3.11-venv\n"
   )
   assert plan.apt_packages[-2:] == ("python3.11", "python3.11-venv")
-  assert "bash -ec ': && : && : && : && agentrl_apt 2 python3.11 python3.11-venv'" in (
+  steps = ": && agentrl_apt 2 software-properties-common && : && : && agentrl_apt 2 python3.11"
+  assert f"bash -ec '{steps} python3.11-venv'" in (
     plan.setup_script
   )
   assert any("ppa:deadsnakes/ppa not added" in w for w in plan.warnings)

@@ -3,7 +3,7 @@
 # logged with its command and the date and load average before and after. Usage (from anywhere):
 #   bash benchmarks/run_all.sh [--quick] [OUT_DIR] [names...]
 # names: generate grpo_step train_step forward async_vs_sync speculative long_context sandbox
-#        gateway lora_step dot_speed decode_chunk real_model real_model_agentic (default: all). --quick: fewer repeats and sizes (the RESULTS rows
+#        gateway lora_step dot_speed decode_chunk paged_decode real_model real_model_agentic (default: all). --quick: fewer repeats and sizes (the RESULTS rows
 #        marked quick), for a loaded machine; ratios stay same-run.
 # Peers: Tunix 0.1.7 in its own venv (benchmarks/peers/setup_tunix.sh makes it under
 # $AGENTRL_CACHE or /tmp on first use) and transformers' generate from our environment.
@@ -19,7 +19,8 @@ shift || true
 mkdir -p "$out"
 names=("$@")
 [[ ${#names[@]} -gt 0 ]] || names=(generate grpo_step train_step forward async_vs_sync speculative
-  long_context sandbox gateway lora_step dot_speed decode_chunk real_model real_model_agentic)
+  long_context sandbox gateway lora_step dot_speed decode_chunk paged_decode real_model
+  real_model_agentic)
 
 # name -> "script and its full flags | its --quick flags"
 declare -A runs=(
@@ -35,6 +36,7 @@ declare -A runs=(
   [lora_step]="lora_step.py | --steps=2"
   [dot_speed]="dot_speed.py | --flags="
   [decode_chunk]="decode_chunk.py | --concurrency=1,8 --chunks=8,32"
+  [paged_decode]="paged_decode.py | --repeats=3 --slots=1,32 --contexts=256,1024 --engine_slots=32 --engine_contexts=256"
   [real_model]="real_model.py --parts hf,tunix,decode,first_token,update | --quick --parts hf,first_token"
   [real_model_agentic]="real_model_agentic.py | --tasks=4 --turns=1"
 )

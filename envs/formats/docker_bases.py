@@ -19,8 +19,9 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASE_NAMES = ("debian", "ubuntu", "python", "buildpack-deps")
 TOOLCHAIN_NAMES = ("gcc", "golang", "eclipse-temurin", "openjdk", "node", "rust", "maven")
 # WORKDIR / ENV of public base images that task Dockerfiles build on without repeating them.
+TBENCH_PREFIX = "ghcr.io/laude-institute/t-bench/"  # Terminal-Bench's own base images
 KNOWN_BASES: tuple[tuple[str, str | None, tuple[tuple[str, str], ...]], ...] = (
-  ("ghcr.io/laude-institute/t-bench/", "/app", ()),
+  (TBENCH_PREFIX, "/app", ()),
   ("python:", None, (("LANG", "C.UTF-8"),)),
 )
 
@@ -79,7 +80,6 @@ def _buildpack(repo: str, tag: str) -> tuple[str, ...]:
 # Terminal-Bench's own base images (ghcr.io/laude-institute/t-bench/*) are a public image plus
 # what its harness drives the container with: tmux (the agent's session), asciinema (the
 # recording) and curl. Task tests check for them (`which tmux`), so the replay installs them.
-TBENCH_PREFIX = KNOWN_BASES[0][0]
 TBENCH_PACKAGES = ("tmux", "asciinema", "curl")
 
 

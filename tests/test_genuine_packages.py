@@ -159,20 +159,65 @@ def test_a_code_running_pth_passes_only_from_the_apt_archive(tmp_path):
 
 
 def test_a_module_cache_passes_when_every_module_it_names_is_checked(tmp_path):
-  """gdk-pixbuf's loaders.cache (written by a postinst, in no package): each module path it
-  lists must lie below a protected prefix, where the scan checks the module itself."""
+  """gdk-pixbuf's loaders.cache and GTK's immodules.cache (written by a postinst, in no
+  package): each module path it lists must lie below a protected prefix, where the scan checks
+  the module itself; a signature line that looks like a path (XPM's `"/* XPM */"`, as
+  download-youtube's ffmpeg install wrote it) is no module. GIO's cache names modules of its
+  own folder."""
   cache = "usr/lib/x86_64-linux-gnu/gdk-pixbuf-2.0/2.10.0/loaders.cache"
-  mod = "/usr/lib/x86_64-linux-gnu/gdk-pixbuf-2.0/2.10.0/loaders/libpixbufloader-png.so"
+  gtk = "usr/lib/x86_64-linux-gnu/gtk-2.0/2.10.0/immodules.cache"
+  gio = "usr/lib/x86_64-linux-gnu/gio/modules/giomodule.cache"
+  mod = "/usr/lib/x86_64-linux-gnu/gdk-pixbuf-2.0/2.10.0/loaders/libpixbufloader-xpm.so"
   upper, lower = _layers(tmp_path)
-  ok = f'# GdkPixbuf Image Loader Modules file\n"{mod}"\n"png" 5 "gdk-pixbuf" "PNG" "LGPL"\n'
+  head = "# GdkPixbuf Image Loader Modules file\n#\n"
+  ok = f'{head}"{mod}"\n"xpm" 4 "gdk-pixbuf" "XPM" "LGPL"\n"image/x-xpixmap" ""\n"xpm" ""\n'
+  ok += '"/* XPM */" "" 100\n"/*" "" 50\n"II* \\020   CR\\002 " "   z zzz   z" 0\n\n'
+  evil = '"/tmp/evil.so"\n"x" 5 "y" "X" "LGPL"\n'
   for text, flagged in (
     (ok, []),
-    (ok + '"/tmp/evil.so"\n"x" 5 "y" "X" "LGPL"\n', [cache]),
+    (ok + evil, [cache]),
+    (f'{head}"{mod}"\n"xpm" 4 "gdk-pixbuf" "XPM" "LGPL"\n#\n{evil}', [cache]),  # after a comment
+    (ok.replace("\n\n", "\r\n" + evil), [cache]),  # a CR ends a line for glib
+    (ok.replace(" 50\n", " 50\\\n\n" + evil), [cache]),  # pango joins a line ending in \\
+    (ok.replace(mod, mod + "\\x"), [cache]),
     ('"/usr/lib/../../tmp/evil.so"\n', [cache]),
     ("# no module at all\n", [cache]),
   ):
     _write(upper, cache, text.encode())
     assert _judge(upper, lower, PackageSources(), tmp_path / "cache")[0] == flagged, text
+  (upper / cache).unlink()
+  im = '"/usr/lib/x86_64-linux-gnu/gtk-2.0/2.10.0/immodules/im-thai.so" \n'
+  im += '"thai" "Thai-Lao" "gtk20" "/usr/share/locale" "lo:th" \n\n'
+  for text, flagged in ((im, []), (im + evil, [gtk])):
+    _write(upper, gtk, text.encode())
+    assert _judge(upper, lower, PackageSources(), tmp_path / "cache")[0] == flagged, text
+  (upper / gtk).unlink()
+  for text, flagged in (
+    ("libdconfsettings.so: gsettings-backend\nlibgvfsdbus.so: gio-vfs,gio-volume-monitor\n", []),
+    ("../../../tmp/evil.so: gio-vfs\n", [gio]),
+  ):
+    _write(upper, gio, text.encode())
+    assert _judge(upper, lower, PackageSources(), tmp_path / "cache")[0] == flagged, text
+
+
+def test_files_past_the_fingerprint_budget_are_hashed_to_be_excused(tmp_path, monkeypatch):
+  """run-pdp11-code's `apt-get install default-jdk xvfb` writes more than the fingerprint hashes
+  (1 GiB): the files after that were digests of their size only, so no genuine member matched
+  and 182 genuine files (and the alternatives ending at them) were tamper. The host now hashes
+  such a file whole when a genuine package has one at its path; a changed byte stays flagged."""
+  monkeypatch.setattr(system_guard, "_MAX_HASHED", 0)  # every non-empty file past the budget
+  repo = tmp_path / "repo"
+  apt_repo(repo)
+  sources = PackageSources(apt_uris=(f"file://{repo}",))
+  upper, lower = _layers(tmp_path)
+  _dpkg_install(repo, upper, "1.0")
+  now = system_guard.fingerprint(str(upper), (str(lower),))
+  assert now["usr/lib/tinydeb/tool"].endswith(f":size={len(TOOL)}")
+  assert _judge(upper, lower, sources, tmp_path / "cache") == ([], [])
+  _write(upper, "usr/lib/tinydeb/tool", TOOL.replace(b"genuine", b"GENUINE"))  # same size
+  _write(upper, "usr/lib/tinydeb/extra", TOOL)  # a path no package has
+  flagged, _ = _judge(upper, lower, sources, tmp_path / "cache")
+  assert flagged == ["usr/bin/tinyalt", "usr/lib/tinydeb/extra", "usr/lib/tinydeb/tool"]
 
 
 def test_interrupted_dpkg_leaves_genuine_files_and_the_partial_one_flagged(tmp_path):

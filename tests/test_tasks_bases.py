@@ -110,3 +110,34 @@ def test_an_added_apt_repository_is_dropped_and_its_packages_checked():
   steps = ": && agentrl_apt 2 software-properties-common && : && : && agentrl_apt 2 python3.11"
   assert f"bash -ec '{steps} python3.11-venv'" in (plan.setup_script)
   assert any("ppa:deadsnakes/ppa not added" in w for w in plan.warnings)
+
+
+@pytest.mark.parametrize(
+  "base, version",
+  [("python:3.13-slim", "3.13"), ("python:3.8-slim-bookworm", "3.8")]
+  + [("ghcr.io/laude-institute/t-bench/python-3-13:20250620", "3.13"), ("python:3", None)]
+  + [("debian:bookworm-slim", None), ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:1", None)],
+)
+def test_python_image_paths_are_links_to_the_replayed_python(base, version):
+  """A python:3.X image's interpreter paths (/usr/local/bin/python3.X, pip3.X,
+  /usr/local/lib/python3.X/site-packages) name the replayed Python's own, so a step that
+  deletes `site-packages/pip` deletes the pip the tests use (tb1-dev broken-python)."""
+  script = dockerfile.translate(f"FROM {base}\n").setup_script
+  if version is None:
+    assert "site-packages" not in script
+    return
+  site = f"/usr/local/lib/python{version}/site-packages"
+  assert f"ln -s /usr/local/lib/python$v/dist-packages {site}" in script
+  assert f"for p in python3 python{version}; do" in script
+  assert f"ln -s pip3 /usr/local/bin/pip{version}" in script
+
+
+def test_rm_of_a_system_path_runs_and_cache_clean_ups_are_dropped():
+  """`RUN rm -rf /usr/local/lib/python3.13/site-packages/pip` removes it where the root is
+  writable (it was dropped as a clean-up); `rm -rf /var/lib/apt/lists/*` is still dropped."""
+  script = dockerfile.translate(
+    "FROM python:3.13-slim\nRUN rm -rf /usr/local/lib/python3.13/site-packages/pip\n"
+    "RUN apt-get install -y jq && rm -rf /var/lib/apt/lists/* ~/.cache/pip /var/cache/apt\n"
+  ).setup_script
+  assert "{ [ ! -w / ] || rm -rf /usr/local/lib/python3.13/site-packages/pip; }" in script
+  assert "bash -ec 'agentrl_apt 3 jq && :'" in script

@@ -413,3 +413,46 @@ def test_python_images_have_pip_and_debian_keeps_its_marker(tmp_path):
   ]
   for row in ev.evaluate(tasks, ev.make_agent("oracle"), ev.EvalConfig()):
     assert row["passed"], (row["task_id"], row["detail"], row.get("test_output"))
+
+
+# ------------------------------------ a python image's own paths name the replayed Python's
+
+BROKEN_PIP = {  # tb1-dev broken-python: the Dockerfile deletes the python image's pip
+  "task.yaml": "instruction: I can't seem to install packages with pip.\n",
+  "Dockerfile": (
+    "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\nWORKDIR /app\n"
+    "RUN cp -a /usr/local/lib/python3.13/site-packages/pip /opt/pip\n"
+    "RUN rm -rf /usr/local/lib/python3.13/site-packages/pip\n"
+  ),
+  # the workspace comes last on the tests' sys.path: a pip there does not touch the system
+  # folders (get-pip.py's reinstall would, and its host is not a package source)
+  "solution.sh": "#!/bin/bash\ncp -a /opt/pip /app/pip\n",
+  "run-tests.sh": "#!/bin/bash\npip install pytest==8.4.1\npytest $TEST_DIR/test_outputs.py -rA\n",
+  "tests/test_outputs.py": """
+    import os, shutil, subprocess, sys
+
+    def test_pip():
+        import pip  # noqa: F401
+        r = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True)
+        assert r.returncode == 0, r.stderr
+
+    def test_python_paths():
+        real = os.path.realpath
+        assert real(shutil.which("python3.13")) == real(sys.executable)
+        assert real(shutil.which("pip3.13")) == real(shutil.which("pip3"))
+  """,
+}
+
+
+def test_python_image_paths_name_the_replayed_python(tmp_path):
+  """`rm -rf /usr/local/lib/python3.13/site-packages/pip` removes the pip the tests use, as in
+  the python:3.13 image (the replay's Python is the base image's python3, its pip in the
+  package layer; the `rm` of a system path was dropped as a cache clean-up): the no-op agent
+  fails, a pip put back passes."""
+  task = load_any(write(tmp_path / "broken-pip", BROKEN_PIP))
+  oracle, null = (
+    ev.evaluate([task], ev.make_agent(agent), ev.EvalConfig())[0] for agent in ("oracle", "null")
+  )
+  assert oracle["passed"], (oracle["detail"], oracle.get("flags"), oracle.get("test_output"))
+  assert not null["passed"] and null["failure_mode"] == "tests_failed", null["detail"]
+  assert "No module named 'pip'" in null["test_output"], null["test_output"]

@@ -11,6 +11,7 @@ buildpack-deps itself). The toolchain's version is the distribution's (a warning
 from __future__ import annotations
 
 import platform
+import posixpath
 import re
 
 from envs.formats.dockerfile_syntax import DockerfileError
@@ -127,13 +128,24 @@ def python_pip(image: str) -> tuple[str, ...]:
   return ("pip",) if is_python(image) else ()
 
 
+def python_version(image: str) -> str | None:
+  """The Python version a python:* image's tag names (`python:3.12-slim` -> "3.12", t-bench's
+  `python-3-13` -> "3.13"); None for other images and tags that name none (`python:3`)."""
+  repo, tag = repo_tag(image)
+  m = re.match(r"(3)\.(\d+)", tag) if repo == "python" else re.fullmatch(r"python-(3)-(\d+)", repo)
+  return f"{m.group(1)}.{m.group(2)}" if m else None
+
+
 def python_link(image: str) -> str:
   """Setup lines that give `python` the place it has in `image`: the public images have no
   /usr/bin/python (a step `ln -s /usr/bin/python3 /usr/bin/python` must work, as in Docker),
   and python:* images keep theirs in /usr/local/bin. The base image's python-is-python3 link
   moves accordingly where the root is writable (the container-like mode). A python:* image's
   Python is its own build, with no EXTERNALLY-MANAGED marker (`pip install x` as root works);
-  Debian's python3 keeps the marker, as in Debian-based images."""
+  Debian's python3 keeps the marker, as in Debian-based images. A python:3.X image's own paths
+  name the replayed interpreter's (links): /usr/local/bin/python3, python3.X and pip3.X, and
+  /usr/local/lib/python3.X/site-packages, the folder where the package layer put pip, so a
+  step `rm -rf /usr/local/lib/python3.X/site-packages/pip` removes the pip the tests use."""
   lines = ["if [ -L /usr/bin/python ] && [ -w /usr/bin ]; then rm -f /usr/bin/python; fi"]
   if is_python(image):
     lines.append(
@@ -141,6 +153,16 @@ def python_link(image: str) -> str:
       "ln -s /usr/bin/python3 /usr/local/bin/python"
     )
     lines.append("[ -w /usr/lib ] && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED || :")
+  if (ver := python_version(image)) is not None:
+    lib, bin_ = f"/usr/local/lib/python{ver}", "/usr/local/bin"
+    site = "/usr/local/lib/python$v/dist-packages"  # layers.py: the image Python's pip target
+    lines.append(
+      f"if [ -w /usr/local/lib ] && [ -w {bin_} ] && "
+      "v=$(/usr/bin/python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'); then "
+      f"mkdir -p {site} {lib}; [ -e {lib}/site-packages ] || ln -s {site} {lib}/site-packages; "
+      f"for p in python3 python{ver}; do [ -e {bin_}/$p ] || ln -s /usr/bin/python3 {bin_}/$p; done; "
+      f"[ -e {bin_}/pip{ver} ] || ! [ -e {bin_}/pip3 ] || ln -s pip3 {bin_}/pip{ver}; fi"
+    )
   return "\n".join(lines)
 
 
@@ -152,6 +174,25 @@ SKELETON = tuple(f"/usr/share/man/man{i}" for i in range(1, 9)) + (
   "/usr/share/locale",
   "/usr/share/lintian/overrides",
 )
+
+
+# Where images keep caches, logs and docs that Dockerfiles clean up (`rm -rf
+# /var/lib/apt/lists/*`): such an `rm` is dropped (the base image's are part of it, and the
+# read-only mode could not remove them); any other system path is removed as in Docker.
+CACHE_PREFIXES = (
+  "/var/lib/apt/lists", "/var/cache", "/var/log", "/var/tmp", "/root/.cache", "/usr/share/doc",
+  "/usr/share/man", "/usr/share/info", "/usr/share/locale",
+)  # fmt: skip
+
+
+def cache_path(path: str) -> bool:
+  """Whether an `rm` operand names a cache, log or doc folder (or a user's ~/.cache)."""
+  p = posixpath.normpath(path)
+  return (
+    path.startswith("~")
+    or "/.cache" in p
+    or any(p == c or p.startswith(c + "/") for c in CACHE_PREFIXES)
+  )
 
 
 def skeleton(image: str) -> str:

@@ -44,6 +44,7 @@ from envs.formats.docker_bases import (
   DEFAULT_PATH,
   KNOWN_BASES,
   base_user,
+  cache_path,
   map_base,
   python_link,
   python_pip,
@@ -250,7 +251,11 @@ class _Translator:
     if prog in ("curl", "wget") or (prog == "git" and argv[1:2] == ["clone"]):
       raise self.err(line, text, "downloads from the network, which the sandbox does not have")
     if prog == "rm" and all(a.startswith("-") or not self.writable(a) for a in argv[1:]):
-      return ":"  # cache clean-ups of the read-only image
+      if all(a.startswith("-") or cache_path(a) for a in argv[1:]):
+        return ":"  # cache clean-ups of the read-only image
+      # a system path (`rm -rf /usr/local/lib/python3.13/site-packages/pip`): removed as in
+      # Docker where the root is writable (the container-like mode)
+      return f"{{ [ ! -w / ] || {seg}; }}"
     pi = pip_install(argv)
     if pi is not None:
       reqs, notes = pip_requirements(pi, self.context)

@@ -192,6 +192,7 @@ class Verifier:
     if bad:  # nothing the sandbox runs can be trusted now
       why = "the agent changed what the grader runs in the sandbox (python, pytest, bash, libs)"
       why += "".join(f"; {n}" for n in notes[:5])
+      why += f"; (+{len(notes) - 5} more notes)" if len(notes) > 5 else ""
       return GradeResult(task.id, False, 0.0, "tamper", flags=(*bad, *kept_flag), detail=why)
     flags = self._prepare(sb, task, baseline, gdir, nonce, kept)
     if flags is None:

@@ -9,15 +9,16 @@ only when its content, or its link target, equals that package's file at the sam
 conffile also at `X.dpkg-new`, where dpkg unpacks it until the package is configured).
 Besides those: pip's own metadata inside a verified dist-info; a link into /etc/alternatives
 whose chain ends, inside the sandbox's root, at a path of the image, unchanged since set-up or
-itself genuine; /etc/ld.so.cache (and gdk-pixbuf's loaders.cache) when every library (module)
-it lists lies below a protected prefix (so each of those is checked in turn). A genuine `.pth`
-that runs code (an `import` line) passes only from the apt archive, never from a pip index;
-every deletion stays flagged; a package the host cannot fetch leaves a note.
+itself genuine; /etc/ld.so.cache (and gdk-pixbuf's, GTK's and GIO's module caches) when every
+library (module) it lists lies below a protected prefix (so each of those is checked in turn).
+A file the fingerprint left unhashed (past its byte budget) is hashed here, whole, when a
+genuine package has a file at its path. A genuine `.pth` that runs code (an `import` line)
+passes only from the apt archive, never from a pip index; every deletion stays flagged; a
+package the host cannot fetch leaves a note.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -29,8 +30,12 @@ from envs.sandbox.egress_sources import PackageSources
 from envs.sandbox.rootview import RootView
 
 LD_CACHE = "etc/ld.so.cache"
-# gdk-pixbuf's loader cache (its postinst writes it; no package ships it): module paths in quotes
-MODULE_CACHE = re.compile(r"usr/lib/[^/]+/gdk-pixbuf-2\.0/[^/]+/loaders\.cache")
+# Module caches that postinsts and triggers write (no package ships them): gdk-pixbuf's and
+# GTK's (module paths in quotes), GIO's (module names in its own folder)
+MODULE_CACHE = re.compile(
+  r"usr/lib/[^/]+/(?:gdk-pixbuf-2\.0/[^/]+/loaders|gtk-[23]\.0/[^/]+/immodules)\.cache"
+)
+GIO_CACHE = re.compile(r"usr/lib/[^/]+/gio/modules/giomodule\.cache")
 _LD_MAGIC = b"glibc-ld.so.cache1.1"
 _LD_HEADER, _LD_ENTRY = 48, 24  # glibc's cache_file_new and file_entry_new
 
@@ -82,10 +87,41 @@ def _ld_cache_ok(data: bytes | None) -> bool:
   )
 
 
+def module_cache_paths(data: bytes) -> list[str] | None:
+  """The module paths of a gdk-pixbuf loaders.cache or GTK immodules.cache: a module is a block
+  of lines ended by a blank line, its first line the module's path in quotes; the lines after
+  it (name, MIME types, signatures, locale folder) may look like paths (XPM's `"/* XPM */"`)
+  and load nothing. Every line after a blank or comment line (and the first) counts as a
+  module's, as either reader (glib's, pango's) could take it. None when one of those is not
+  an absolute quoted path without escapes, or the text has a NUL, a line end other than LF or
+  a backslash before one (pango joins such lines; signatures have escapes like `\\020`)."""
+  if b"\r" in data or b"\0" in data or re.search(rb"\\(\n|$)", data):
+    return None
+  out, first = [], True
+  for line in data.decode("utf-8", "replace").split("\n"):
+    line = line.lstrip(" \t\v\f")  # glib's g_ascii_isspace
+    if not line or line.startswith("#"):
+      first = True
+    elif first:
+      m = re.fullmatch(r'"(/[^"\\]*)"[ \t]*', line)
+      if m is None:
+        return None
+      out.append(m.group(1))
+      first = False
+  return out
+
+
+def _gio_cache_ok(data: bytes | None) -> bool:
+  """GIO's giomodule.cache: `name: extension points` per line. GIO loads only the modules it
+  finds in the cache's own (protected) folder; a name with a `/` is refused all the same."""
+  lines = [ln for ln in (data or b"").decode("utf-8", "replace").split("\n") if ln.strip()]
+  return bool(lines) and all(re.fullmatch(r"[\w.+-]+\.so: [\w.,-]*", ln) for ln in lines)
+
+
 def _module_cache_ok(data: bytes | None) -> bool:
-  """A module cache whose every absolute quoted path is a normal path below a protected prefix
-  (so each module it makes a program load is itself checked), and that names one at least."""
-  paths = re.findall(r'^"(/[^"]*)"', (data or b"").decode("utf-8", "replace"), re.M)
+  """A module cache whose every module path is a normal path below a protected prefix (so each
+  module it makes a program load is itself checked), and that names one at least."""
+  paths = module_cache_paths(data or b"")
   return bool(paths) and all(
     posixpath.normpath(p) == p and system_guard.protected(p[1:]) for p in paths
   )
@@ -97,8 +133,19 @@ def _runs_code(data: bytes | None) -> bool:
 
 
 def _file_content(view: RootView, rel: str) -> str | None:
-  data = view.read(rel, 1 << 30)
-  return None if data is None else f"f:{hashlib.sha256(data).hexdigest()}"
+  digest = view.sha256(rel)
+  return None if digest is None else f"f:{digest}"
+
+
+def _unhashed(digest: str | None) -> bool:
+  """A regular file the fingerprint left unhashed (past its byte budget: "...:size=N")."""
+  parts = (digest or "").split(":", 4)
+  return (
+    len(parts) == 5
+    and parts[0].isdigit()
+    and stat.S_ISREG(int(parts[0], 8))
+    and parts[4].startswith("size=")
+  )
 
 
 class _Judge:
@@ -146,6 +193,10 @@ def excuse(
   judge = _Judge(baseline, now, view, genuine)
   for rel in diff:
     c = content(now.get(rel))
+    if c is None and _unhashed(now.get(rel)) and (rel in genuine or rel in pip_written):
+      # the fingerprint stops hashing after 1 GiB (a toolchain's install is more): the host
+      # hashes a file a genuine package has at that path itself, all of its bytes
+      c = _file_content(view, rel)
     if rel in pip_written and c is not None and c.startswith("f:"):
       judge.ok.add(rel)
     elif c is not None and c in genuine.get(rel, ()):
@@ -161,8 +212,10 @@ def excuse(
     if _ld_cache_ok(view.read(LD_CACHE)):
       judge.ok.add(LD_CACHE)
   for rel in rest:  # module caches a postinst writes: every module they name is itself checked
-    if MODULE_CACHE.fullmatch(rel) and (content(now.get(rel)) or "").startswith("f:"):
-      if _module_cache_ok(view.read(rel)):
+    if (content(now.get(rel)) or "").startswith("f:"):
+      if MODULE_CACHE.fullmatch(rel) and _module_cache_ok(view.read(rel)):
+        judge.ok.add(rel)
+      elif GIO_CACHE.fullmatch(rel) and _gio_cache_ok(view.read(rel)):
         judge.ok.add(rel)
   return [r for r in diff if r not in judge.ok], notes + apt_notes
 

@@ -209,13 +209,13 @@ def fetch(pkg: tuple[str, str, str], archs: set[str], sources: PackageSources, c
     data = _get(urllib.parse.urljoin(base + "/", filename))
     if data is None or hashlib.sha256(data).hexdigest() != sha:
       return None, f"{name} {version}: the .deb is missing or differs from the index"
-    with tempfile.NamedTemporaryFile(suffix=".deb") as tmp:
-      tmp.write(data)
-      tmp.flush()
-      try:
+    try:  # a full host disk is a note naming it (the package stays flagged), not a crash
+      with tempfile.NamedTemporaryFile(suffix=".deb") as tmp:
+        tmp.write(data)
+        tmp.flush()
         found = _staged(_deb_members(tmp.name), _conffiles(tmp.name))
-      except (OSError, tarfile.TarError) as e:
-        return None, f"{name} {version}: {e}"
+    except (OSError, tarfile.TarError) as e:
+      return None, f"{name} {version}: the host could not read the .deb ({e})"
     genuine_cache.keep(path, found)
     return found, ""
   return None, f"{name} {version} ({arch}): in no index of the sandbox's apt sources"

@@ -17,8 +17,16 @@ def load(path: str) -> dict | None:
 
 
 def keep(path: str, members: dict) -> None:
-  os.makedirs(os.path.dirname(path), exist_ok=True)
+  """Stores `members` at `path`; a host that cannot write it (a full disk) only loses the
+  cache: the package is fetched again next time."""
   tmp = f"{path}.{os.getpid()}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(members, f)
-  os.replace(tmp, path)
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(tmp, "w") as f:
+      json.dump(members, f)
+    os.replace(tmp, path)
+  except OSError:
+    try:
+      os.unlink(tmp)
+    except OSError:
+      pass

@@ -9,6 +9,7 @@ kernel: `resolve` follows them inside the root, so a link cannot lead the host o
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import stat
 
@@ -73,8 +74,8 @@ class RootView:
         return None
     return None
 
-  def read(self, rel: str, limit: int = 64 << 20) -> bytes | None:
-    """The bytes of regular file `rel` (at most `limit`), None if there is none."""
+  def _open(self, rel: str):
+    """A binary file object of regular file `rel` (no link followed), None if there is none."""
     found = self.locate(rel)
     if found is None:
       return None
@@ -82,10 +83,31 @@ class RootView:
       fd = os.open(found[1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
       return None
-    with os.fdopen(fd, "rb") as f:
-      if not stat.S_ISREG(os.fstat(fd).st_mode):
-        return None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+      f.close()
+      return None
+    return f
+
+  def read(self, rel: str, limit: int = 64 << 20) -> bytes | None:
+    """The bytes of regular file `rel` (at most `limit`), None if there is none."""
+    f = self._open(rel)
+    if f is None:
+      return None
+    with f:
       return f.read(limit)
+
+  def sha256(self, rel: str) -> str | None:
+    """The sha256 (hex) of all the bytes of regular file `rel`, read in chunks; None if there
+    is none."""
+    f = self._open(rel)
+    if f is None:
+      return None
+    with f:
+      h = hashlib.sha256()
+      while chunk := f.read(1 << 20):
+        h.update(chunk)
+      return h.hexdigest()
 
   def readlink(self, rel: str) -> str | None:
     found = self.locate(rel)

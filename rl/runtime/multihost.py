@@ -107,15 +107,17 @@ class Channel:
     """Follower: waits (as long as it takes) for the next op; returns (op, args, arrays)."""
     key = self._key("op", self.seq)
     while True:
+      # Checked before every wait, not only after a timed-out one: ops that always arrive
+      # within poll_ms (fast steps) would otherwise keep a SIGTERM from reaching the leader.
+      if self.preempted() and not self._posted:  # SIGTERM here: tell the leader
+        self.client.key_value_set(self._key("preempt", jax.process_index()), "1")
+        self._posted = True
       try:
         header = json.loads(self.client.blocking_key_value_get(key, self.poll_ms))
         break
       except jax.errors.JaxRuntimeError as e:
         if "DEADLINE_EXCEEDED" not in str(e):
           raise
-        if self.preempted() and not self._posted:  # SIGTERM here: tell the leader
-          self.client.key_value_set(self._key("preempt", jax.process_index()), "1")
-          self._posted = True
     self.seq += 1
     op = header["op"]
     if op == "fail":

@@ -17,7 +17,9 @@
 
 and the observation-dependent families of envs/procedural_explore.py (read_note, find_ext,
 find_word, copy_pointer) and envs/procedural_notes.py (note_copy, note_delete, note_rename,
-note_mkdir). Helpers for new families: envs/procedural_kit.py.
+note_mkdir), and the primitive-act format families of envs/procedural_acts.py (copy_one,
+delete_ext, rename_one, strip_ext, find_line). Helpers for new families:
+envs/procedural_kit.py.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import random
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 
-from envs import procedural_explore, procedural_notes
+from envs import procedural_acts, procedural_explore, procedural_notes
 from envs.procedural_kit import distinct_words, make_task, pseudo_word, unchanged_test
 from envs.task import Task
 
@@ -290,6 +292,7 @@ FAMILIES: dict[str, Callable[[random.Random, int], Task]] = (
   }
   | procedural_explore.FAMILIES
   | procedural_notes.FAMILIES
+  | procedural_acts.FAMILIES
 )
 
 

@@ -1,0 +1,100 @@
+"""envs/procedural_acts.py: each primitive-act family's test.sh passes the reference solution
+and the demonstration (its shell calls in order) and fails the sloppy acts (the act on the
+wrong file, the original lost, no act), run by bash over the task's files in a temp folder (the
+grader's contract: $AGENTRL_WORKSPACE, $LOGS_DIR); configs/smollm2_nodemo_acts.py keeps N and U
+as configs/smollm2_nodemo.py does."""
+
+import re
+import subprocess
+
+import pytest
+
+from configs import smollm2_nodemo, smollm2_nodemo_acts
+from envs import procedural, procedural_acts
+from envs.agents.tool_format import parse_tool_call
+from envs.procedural import family
+from rl import config as rl_config
+from rl.runtime.task_sources import content_key, make_task_source
+
+
+def _reward(tmp_path, task, commands: list[str]) -> float:
+  ws, logs = tmp_path / "ws", tmp_path / "logs"
+  ws.mkdir(parents=True)
+  logs.mkdir()
+  for f in task.workspace_files:
+    (ws / f.path).parent.mkdir(parents=True, exist_ok=True)
+    (ws / f.path).write_bytes(f.data)
+  for command in commands:
+    subprocess.run(["bash", "-c", command], cwd=ws, capture_output=True, check=False)
+  test = tmp_path / "test.sh"
+  test.write_bytes(task.tests.files[0].data)
+  env = {"AGENTRL_WORKSPACE": str(ws), "LOGS_DIR": str(logs), "PATH": "/usr/bin:/bin"}
+  subprocess.run(["bash", str(test)], env=env, capture_output=True, check=False)
+  return float((logs / "reward.txt").read_text())
+
+
+def _demo(task) -> list[str]:
+  calls = [parse_tool_call(a) for a in dict(task.metadata)["demo_actions"]]
+  assert calls[-1].name == "finish" and all(c.name == "shell" for c in calls[:-1])
+  return [c.arguments["command"] for c in calls[:-1]]
+
+
+WRONG = {  # sloppy acts, each of which must score 0
+  "copy_one": ["mv {folder}/* {dst}.txt", "true", "touch {dst}.txt"],
+  "delete_ext": ["rm -r {folder}", "rm $(ls -d {folder}/* | grep -v '[.]{ext}$' | head -n1)"],
+  "rename_one": ["cp {folder}/* {folder}/{new}.txt", "mv {folder}/* {new}.txt"],
+  "strip_ext": ["cp {holder}.txt {out}.txt", "echo {holder} > {out}.txt"],
+  "find_line": ["cp {log}.log {out}.txt", "echo {magic} > {out}.txt"],
+}
+
+
+def _names(instruction: str) -> dict:
+  """The names an instruction gives (folder, target, extension, word...), for the wrong acts."""
+  pats = {
+    "folder": r"folder (\w+)/", "dst": r"file named (\w+)\.txt", "ext": r"extension \.(\w+)",
+    "new": r"Rename it to (\w+)\.txt", "holder": r"^The file (\w+)\.txt",
+    "out": r"to (\w+)\.txt\.$", "log": r"of (\w+)\.log", "magic": r"the word (\w+)",
+  }  # fmt: skip
+  return {k: (m.group(1) if (m := re.search(v, instruction)) else "") for k, v in pats.items()}
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_act_families_grade_the_act_and_its_demonstration(tmp_path, seed):
+  for fam in procedural_acts.FAMILIES:
+    task = procedural.generate(fam, seed)
+    assert family(task.id) == fam and task.difficulty == 1
+    fill = _names(task.instruction)
+    ref = _reward(tmp_path / fam / "ref", task, [task.solution_script])
+    assert ref == 1.0, (fam, task.solution_script)
+    demo = _demo(task)
+    assert len(demo) == (1 if fam == "find_line" else 2), demo
+    assert _reward(tmp_path / fam / "demo", task, demo) == 1.0, (fam, demo)
+    for i, cmd in enumerate(WRONG[fam]):
+      assert _reward(tmp_path / fam / f"w{i}", task, [cmd.format(**fill)]) == 0.0, (fam, cmd)
+
+
+def test_delete_ext_keeps_every_other_file_and_never_uses_key(tmp_path):
+  for seed in range(20):
+    task = procedural.generate("delete_ext", seed)
+    paths = [f.path for f in task.workspace_files]
+    ext = task.instruction.split("extension .")[1].split(".")[0]
+    assert sum(p.endswith("." + ext) for p in paths) == 1 and len(paths) >= 3
+    assert not any(p.endswith(".key") for p in paths)  # find_ext's extension (N) stays N's
+
+
+def test_acts_config_adds_the_acts_to_d_only(tmp_path):
+  acts = set(smollm2_nodemo_acts.ACTS.split(","))
+  d = set(smollm2_nodemo_acts.D.split(","))
+  assert d == set(smollm2_nodemo.D.split(",")) | acts
+  assert (smollm2_nodemo_acts.N, smollm2_nodemo_acts.U) == (smollm2_nodemo.N, smollm2_nodemo.U)
+  exp = rl_config.to_experiment(smollm2_nodemo_acts.get_config())
+  src, evals = make_task_source(exp.env, 0, tmp_path, None)
+  demos = src.demo_tasks(10_000)
+  assert {family(t.id) for t in demos} == d and len(demos) == exp.sft.demos == 64 * len(d)
+  n_u = set(smollm2_nodemo.N.split(",")) | set(smollm2_nodemo.U.split(","))
+  assert {family(t.id) for t in evals} == n_u
+  assert not {content_key(t) for t in evals} & {content_key(t) for t in demos}
+  # the same held-out tasks as the first comparison, so the two sets of arms compare
+  _, first = make_task_source(rl_config.to_experiment(smollm2_nodemo.get_config()).env, 0,
+                              tmp_path / "first", None)  # fmt: skip
+  assert [t.id for t in evals] == [t.id for t in first]

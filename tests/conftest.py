@@ -3,6 +3,8 @@
 import ctypes
 import gc
 import os
+import signal
+import warnings
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -27,6 +29,29 @@ def _release_memory_after_each_module():
   gc.collect()
   jax.clear_caches()
   _LIBC.malloc_trim(0)  # glibc keeps freed arenas otherwise; no library exposes this
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_they_were():
+  """Puts back the worker's blocked-signal mask, and a SIGINT/SIGTERM that a test left ignored,
+  with a warning naming the test: both survive exec, so every process a later test starts
+  inherits them, and a child that cannot see the SIGTERM a test sends it hangs that test (the
+  teardown and multi-process preemption tests, in full runs). Python-level handlers (the
+  sandboxes' teardown) are not inherited and stay."""
+  handlers = {s: signal.getsignal(s) for s in _SIGNALS}
+  mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+  yield
+  now = signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+  changed = [f"blocked {sorted(x.name for x in now ^ mask)}"] if now != mask else []
+  for s in _SIGNALS:
+    if signal.getsignal(s) == signal.SIG_IGN != handlers[s] and handlers[s] is not None:
+      signal.signal(s, handlers[s])
+      changed.append(f"{s.name} ignored")
+  if changed:
+    warnings.warn(f"this test left {', '.join(changed)} (put back)", stacklevel=1)
 
 
 def pytest_collection_modifyitems(config, items):

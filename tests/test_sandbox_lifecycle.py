@@ -247,8 +247,14 @@ def test_orphans_of_a_killed_owner_are_reaped(backend):
 
 
 def test_teardown_on_sigterm_and_sigint(backend):
+  # The child starts as a shell would start it: default dispositions, nothing blocked. A pytest
+  # worker passes on what earlier tests left in it (an ignored or blocked SIGINT/SIGTERM is
+  # inherited across exec), and twice in full-suite runs both cases waited the whole 240 s.
   code = textwrap.dedent(f"""
-    import sys, time
+    import signal, sys, time
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     sys.path.insert(0, {str(REPO)!r})
     from envs import sandbox
     from envs.sandbox.pool import PoolConfig, SandboxPool
@@ -268,9 +274,20 @@ def test_teardown_on_sigterm_and_sigint(backend):
     p.send_signal(sig)
     # teardown's own bounds: the pool's close (60 s), then creations under way (30 s) and the
     # closes (60 s): past those 150 s it is a hang, not a loaded machine (CI once took > 120 s)
-    p.wait(timeout=240)
+    try:
+      p.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+      state = _signal_state(p.pid)
+      p.kill()
+      raise AssertionError(f"no exit 240 s after {sig.name}; child {state}") from None
     assert p.returncode != 0  # the previous handler (default) still ended the process
     assert _leftovers(backend, tag) == []
+
+
+def _signal_state(pid: int) -> str:
+  """The process's blocked / ignored / caught signal masks (/proc/PID/status), for a hang."""
+  lines = pathlib.Path(f"/proc/{pid}/status").read_text().splitlines()
+  return ", ".join(x for x in lines if x.startswith(("SigBlk", "SigIgn", "SigCgt", "State")))
 
 
 def _leftovers(backend: str, tag: str) -> list:

@@ -24,15 +24,14 @@ from __future__ import annotations
 import random
 
 from envs.procedural_explore import grade_script, holds
-from envs.procedural_kit import distinct_words, make_task, pseudo_word
+from envs.procedural_kit import distinct_words, make_task, one_file_folder
 from envs.task import Task
 
 _EXTS = ("txt", "dat", "log", "csv", "md", "ini")  # never .key: find_ext's extension
 
 
 def copy_one(rng: random.Random, seed: int) -> Task:
-  folder, dst, base = distinct_words(rng, 3)
-  src, data = f"{folder}/{base}.{rng.choice(_EXTS)}", f"{pseudo_word(rng)}\n"
+  folder, dst, src, data = one_file_folder(rng, _EXTS)
   return make_task(
     "copy_one",
     seed,
@@ -71,8 +70,7 @@ def delete_ext(rng: random.Random, seed: int) -> Task:
 
 
 def rename_one(rng: random.Random, seed: int) -> Task:
-  folder, new, base = distinct_words(rng, 3)
-  src, data = f"{folder}/{base}.{rng.choice(_EXTS)}", f"{pseudo_word(rng)}\n"
+  folder, new, src, data = one_file_folder(rng, _EXTS)
   dst = f"{folder}/{new}.txt"
   return make_task(
     "rename_one",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 import textwrap
 
-from envs.procedural_kit import distinct_words, make_task, pseudo_word
+from envs.procedural_kit import distinct_words, make_task, one_file_folder, pseudo_word
 from envs.task import Task
 
 _EXTS = ("txt", "dat", "log", "csv", "md", "ini")
@@ -144,8 +144,8 @@ def peek_twice(rng: random.Random, seed: int) -> Task:
 
 
 def move_only(rng: random.Random, seed: int) -> Task:
-  src, dst, base = distinct_words(rng, 3)
-  name, data = f"{base}.{rng.choice(_EXTS)}", f"{pseudo_word(rng)}\n"
+  src, dst, path, data = one_file_folder(rng, _EXTS)
+  name = path.split("/", 1)[1]
   return make_task(
     "move_only",
     seed,

@@ -24,6 +24,14 @@ def distinct_words(rng: random.Random, k: int) -> list[str]:
   return out
 
 
+def one_file_folder(rng: random.Random, exts) -> tuple[str, str, str, str]:
+  """A folder holding one file, and one more name: (folder, other name, file path, its data
+  with a newline); the file is <word>.<one of exts> holding one pseudo-word."""
+  folder, other, base = distinct_words(rng, 3)
+  path, data = f"{folder}/{base}.{rng.choice(exts)}", f"{pseudo_word(rng)}\n"
+  return folder, other, path, data
+
+
 def unchanged_test(name: str, data: bytes) -> str:
   return f"\n\ndef test_{name.replace('.', '_').replace('/', '_')}_unchanged():\n  assert (WS / {name!r}).read_bytes() == {data!r}\n"
 

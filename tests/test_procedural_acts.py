@@ -5,9 +5,9 @@ grader's contract: $AGENTRL_WORKSPACE, $LOGS_DIR); configs/smollm2_nodemo_acts.p
 as configs/smollm2_nodemo.py does."""
 
 import re
-import subprocess
 
 import pytest
+from shell_grade import reward
 
 from configs import smollm2_nodemo, smollm2_nodemo_acts
 from envs import procedural, procedural_acts
@@ -15,22 +15,6 @@ from envs.agents.tool_format import parse_tool_call
 from envs.procedural import family
 from rl import config as rl_config
 from rl.runtime.task_sources import content_key, make_task_source
-
-
-def _reward(tmp_path, task, commands: list[str]) -> float:
-  ws, logs = tmp_path / "ws", tmp_path / "logs"
-  ws.mkdir(parents=True)
-  logs.mkdir()
-  for f in task.workspace_files:
-    (ws / f.path).parent.mkdir(parents=True, exist_ok=True)
-    (ws / f.path).write_bytes(f.data)
-  for command in commands:
-    subprocess.run(["bash", "-c", command], cwd=ws, capture_output=True, check=False)
-  test = tmp_path / "test.sh"
-  test.write_bytes(task.tests.files[0].data)
-  env = {"AGENTRL_WORKSPACE": str(ws), "LOGS_DIR": str(logs), "PATH": "/usr/bin:/bin"}
-  subprocess.run(["bash", str(test)], env=env, capture_output=True, check=False)
-  return float((logs / "reward.txt").read_text())
 
 
 def _demo(task) -> list[str]:
@@ -64,13 +48,13 @@ def test_act_families_grade_the_act_and_its_demonstration(tmp_path, seed):
     task = procedural.generate(fam, seed)
     assert family(task.id) == fam and task.difficulty == 1
     fill = _names(task.instruction)
-    ref = _reward(tmp_path / fam / "ref", task, [task.solution_script])
+    ref = reward(tmp_path / fam / "ref", task, [task.solution_script])
     assert ref == 1.0, (fam, task.solution_script)
     demo = _demo(task)
     assert len(demo) == (1 if fam == "find_line" else 2), demo
-    assert _reward(tmp_path / fam / "demo", task, demo) == 1.0, (fam, demo)
+    assert reward(tmp_path / fam / "demo", task, demo) == 1.0, (fam, demo)
     for i, cmd in enumerate(WRONG[fam]):
-      assert _reward(tmp_path / fam / f"w{i}", task, [cmd.format(**fill)]) == 0.0, (fam, cmd)
+      assert reward(tmp_path / fam / f"w{i}", task, [cmd.format(**fill)]) == 0.0, (fam, cmd)
 
 
 def test_delete_ext_keeps_every_other_file_and_never_uses_key(tmp_path):

@@ -98,16 +98,12 @@ class RootView:
       return f.read(limit)
 
   def sha256(self, rel: str) -> str | None:
-    """The sha256 (hex) of all the bytes of regular file `rel`, read in chunks; None if there
-    is none."""
+    """The sha256 (hex) of all the bytes of regular file `rel`; None if there is none."""
     f = self._open(rel)
     if f is None:
       return None
     with f:
-      h = hashlib.sha256()
-      while chunk := f.read(1 << 20):
-        h.update(chunk)
-      return h.hexdigest()
+      return hashlib.file_digest(f, "sha256").hexdigest()
 
   def readlink(self, rel: str) -> str | None:
     found = self.locate(rel)

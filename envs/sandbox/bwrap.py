@@ -50,12 +50,6 @@ from envs.sandbox.bwrap_host import run_setup_script
 
 # Exec wrapper: join each cgroup given before `--`, then exec the rest.
 _JOIN = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-# What uid 0 keeps in container mode (Docker's default set without NET_RAW, MKNOD, AUDIT_WRITE:
-# no network and no devices anyway); all within its own user namespace.
-CONTAINER_CAPS = (
-  "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
-  "net_bind_service", "sys_chroot", "setfcap",
-)  # fmt: skip
 
 
 class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
@@ -206,22 +200,13 @@ class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
       pre = ["/bin/sh", "-c", _JOIN, "sh", *self._cg.procs_files(leaf), "--"]
     pre += self._prlimit_prefix()
     ns = ["-U", "-m", "-i", "-u", "-p"] + ([] if common.host_network(self.spec) else ["-n"])
+    enter = [*pre, "nsenter", "-t", str(self.pid1), *ns, "-r", "-w"]
     if not self._root:
-      return [
-        *pre,
-        "nsenter",
-        "-t",
-        str(self.pid1),
-        *ns,
-        "-r",
-        "-w",
-        "--preserve-credentials",
-        "--",
-      ]
-    keep = CONTAINER_CAPS if self.spec.mode == "container" else ()
+      return [*enter, "--preserve-credentials", "--"]
+    keep = common.CONTAINER_CAPS if self.spec.mode == "container" else ()
     cred = ["-S", str(self.uid), "-G", str(self.gid)]
     post = self._xfds.argv(keep)  # after nsenter's setns, which resets the bounding set
-    return [*pre, "nsenter", "-t", str(self.pid1), *ns, "-r", "-w", *cred, "--", *post]
+    return [*enter, *cred, "--", *post]
 
   def _check_open(self) -> None:
     if self._closed:

@@ -25,6 +25,12 @@ from envs.sandbox.base import MODES, NETWORKS, ExecResult, Sandbox, SandboxError
 LIFETIME_GRACE_S = 60.0  # a sandbox outlives its episode by this much (grading, snapshots)
 HOME_MB = 64  # $HOME is a tmpfs of this size
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# What uid 0 keeps in container mode, on both backends (Docker's default set without NET_RAW,
+# MKNOD, AUDIT_WRITE: no network and no devices anyway); within its own user namespace on bwrap.
+CONTAINER_CAPS = (
+  "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
+  "net_bind_service", "sys_chroot", "setfcap",
+)  # fmt: skip
 
 # pid 1 of every sandbox (POSIX sh; dash starts fast): reaps orphans (they are re-parented to
 # it and `wait` reaps any child), ignores every signal (pid 1 cannot even be SIGKILLed from

@@ -35,10 +35,7 @@ from envs.sandbox import common, docker_files, docker_layer, docker_stream, egre
 from envs.sandbox import image as image_lib
 from envs.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxExhaustedError, SandboxSpec
 
-CONTAINER_CAPS = (
-  "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP",
-  "NET_BIND_SERVICE", "SYS_CHROOT", "SETFCAP",
-)  # fmt: skip
+CONTAINER_CAPS = tuple(c.upper() for c in common.CONTAINER_CAPS)  # Docker's spelling
 FILEOP_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL")  # readonly mode: uid 0 only
 
 LABEL = "agentrl.sandbox"

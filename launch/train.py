@@ -107,7 +107,7 @@ def final_summary(summary: dict, exp) -> str:
     return f"nothing to do; to train longer: {cmd} --config.loop.steps=N --override_config"
   lines = []
   if summary.get("in_warm_start"):
-    return f"stopped in the warm start (no checkpoint yet); run again to start over:\n  {cmd}"
+    return f"stopped in the warm start (saved in {wd}/warm_start); resume with:\n  {cmd}"
   if summary.get("preempted"):
     lines.append(f"stopped at step {summary['step']} of {exp.loop.steps}; resume with:\n  {cmd}")
   train = summary.get("train_pass_rate") or []

@@ -145,6 +145,10 @@ class SFTConfig:
   demos: int = 64  # demonstration episodes (real sandboxes, verified)
   seed: int = 7
   log_every: int = 10
+  # The warm start's state is saved (WORKDIR/warm_start) after a step once this many seconds
+  # passed since the last save, at Ctrl-C / SIGTERM and at its end: a killed warm start
+  # resumes there (rl/runtime/warm_checkpoints.py). 0: after every step.
+  checkpoint_every_s: float = 600.0
   # Entropy bonus (loss -= coef * entropy per token): > 0 leaves a broad policy whose samples
   # err now and then while its mode is right (the demo's warm start; GRPO then sharpens it).
   entropy_coef: float = 0.0

@@ -155,10 +155,13 @@ def warm_start(
   pad_id: int,
   comm,
   stop=None,
+  saves=None,
 ):
   """Supervised steps on demonstrations (see module docstring); returns the TrainState.
 
-  `stop()` true (Ctrl-C) ends the steps early, at a step boundary.
+  `stop()` true (Ctrl-C) ends the steps early, at a step boundary. `saves`
+  (rl.runtime.warm_checkpoints.WarmCheckpoints, or None): the state is saved as it goes and a
+  saved one is resumed, drawing the batches an uninterrupted run would have drawn.
 
   `comm`: rl.runtime.multihost's channel (`Local()` in one process); in a multi-process job
   every process runs this with the same demos;
@@ -185,14 +188,24 @@ def warm_start(
   )
   state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(s.seed), params=params)
   rng = np.random.default_rng(s.seed)
+  draw = lambda: rng.choice(len(demos), s.batch_size, replace=len(demos) < s.batch_size)  # noqa: E731
+  start, saved = 0, saves.restore(state) if saves is not None else None
+  if saved is not None:
+    state, start = saved
+    for _ in range(start):  # the batches the saved steps drew
+      draw()
+    if tel is not None:
+      tel.write(f"[sft] resumed the warm start after step {start} of {s.steps}")
   mult = row_multiple(mesh, 1)
   step_fn = logp_fn = None
-  for i in range(s.steps):
+  for i in range(start, s.steps):
     if stop is not None and stop():  # Ctrl-C: at the next step, not after the whole warm start
+      if saves is not None:
+        saves.save(i, state, force=True)
       if tel is not None:
         tel.write(f"[sft] stopped at warm-start step {i} of {s.steps}")
       break
-    idx = rng.choice(len(demos), s.batch_size, replace=len(demos) < s.batch_size)
+    idx = draw()
     seqs = [demos[j] for j in idx]
     batch = sft_batch(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)
     on_mesh = comm.batch(batch, mesh, cfg.rules)
@@ -211,6 +224,8 @@ def warm_start(
         tel.log(i, {"sft/nll": nll}, progress=False)
         tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
     state, _ = comm.call(step_fn, state, on_mesh)
+    if saves is not None:
+      saves.save(i + 1, state, force=i + 1 == s.steps)
   return comm.to_host(state)
 
 

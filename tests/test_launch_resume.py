@@ -119,6 +119,7 @@ def _compare(a_dir, b_dir, algorithm):
     assert ta and all(rows[t]["passed"] for t in ids_b)
     steps = sorted(int(f.stem.split("-")[1]) for f in (b_dir / "batches").glob("step-*"))
     assert steps == [1, 2, 3, 4, 5]
+  assert not (b_dir / "warm_start").exists()  # RL's checkpoints took over from the warm start's
   events = (b_dir / "events.jsonl").read_text()
   assert events.count('"kind": "resume"') == 2
   # Every trained trajectory is in the Parquet store, with identical tokens in both runs.

@@ -5,6 +5,7 @@ import dataclasses
 
 import jax
 import numpy as np
+import pytest
 
 from models import transformer
 from models.config import tiny
@@ -98,3 +99,41 @@ def test_carry_moments_hands_rl_the_second_moments_only():
   assert any(np.any(x) for x in jax.tree.leaves(sft_adam.mu))
   sched = [x for x in jax.tree.leaves(jax.device_get(out)) if np.ndim(x) == 0]
   assert sorted(int(x) for x in sched) == [0, 6]  # the schedule's count starts at 0
+
+
+def test_a_stopped_warm_start_resumes_to_the_uninterrupted_state(tmp_path):
+  """Stopped after 3 of 8 steps (saved, as at Ctrl-C), then resumed from WORKDIR/warm_start by
+  a fresh call: the same params and optimizer state, bitwise, as 8 steps in one go (the resumed
+  steps draw the batches the uninterrupted run drew). kill -9 between saves loses only the
+  steps since the last save: with checkpoint_every_s=0 each step is saved."""
+  from rl.runtime.warm_checkpoints import WarmCheckpoints
+
+  sft = SFTConfig(steps=8, batch_size=2, lr=1e-2, warmup_steps=2, checkpoint_every_s=1e9)
+  exp = dataclasses.replace(Experiment(), model=MODEL, sft=sft, devices=1)
+  exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
+  mesh = rl_run.training_mesh(exp)
+  init = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
+  demos = _demos()
+  run = lambda stop=None, saves=None: warm_start.warm_start(  # noqa: E731
+    exp, MODEL, mesh, init, demos, None, 0, multihost.Local(), stop, saves
+  )
+  whole = run()
+  saves = WarmCheckpoints(tmp_path, sft.checkpoint_every_s)
+  saves.save_demos(demos)
+  calls = iter(range(100))
+  run(stop=lambda: next(calls) >= 3, saves=saves)  # 3 steps, then "Ctrl-C"
+  saves.close()
+  assert [p.name for p in (tmp_path / "warm_start" / "checkpoints").iterdir()] == ["3"]
+  again = WarmCheckpoints(tmp_path, sft.checkpoint_every_s)
+  assert again.load_demos() == demos
+  resumed = run(saves=again)
+  again.close()
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed), jax.device_get(whole))
+  assert [p.name for p in (tmp_path / "warm_start" / "checkpoints").iterdir()] == ["8"]
+  (tmp_path / "warm_start" / "demos.json").write_text("[]")  # other demonstrations now
+  other = WarmCheckpoints(tmp_path, 0)
+  other.load_demos()
+  with pytest.raises(ValueError, match="other demonstrations than demos.json"):
+    run(saves=other)
+  other.remove()
+  assert not (tmp_path / "warm_start").exists()

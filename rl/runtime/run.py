@@ -40,6 +40,7 @@ from rl.runtime.task_sources import make_task_source, parse_mixed, parse_split
 from rl.runtime.telemetry import Telemetry
 from rl.runtime.trainer import Trainer
 from rl.runtime.trajectory_store import TrajectoryStore
+from rl.runtime.warm_checkpoints import WarmCheckpoints
 from rl.train_step import make_train_step
 from rl.warm_start import demonstrations, rl_state, warm_start
 
@@ -253,8 +254,11 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
   resuming = latest is not None
   if not comm.leader:
     return _follow(exp, ckpt, comm, resuming)
+  warm = WarmCheckpoints(wd, exp.sft.checkpoint_every_s, lambda: ckpt.preempted)
+  if resuming:
+    warm.remove()  # RL's checkpoints hold the run now
   try:
-    record_experiment(wd, exp, resuming, override, print)
+    record_experiment(wd, exp, resuming or warm.exists(), override, print)
   except ConfigChanged:
     ckpt.close()
     raise
@@ -286,38 +290,14 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
   try:
     sft = None  # the warm start's TrainState, if it runs
     if exp.sft.steps and not resuming:
-      t0 = time.monotonic()
-      demo_tasks = tasks.demo_tasks(exp.sft.demos)
-      tel.phase(f"demonstrations ({len(demo_tasks)} tasks)")
-      demos = demonstrations(
-        demo_tasks,
-        episodes,
-        tok,
-        exp.rollout.max_concurrency,
-        exp.sft.teacher_accuracy,
-        exp.sft.seed,
-        exp.agent.protocol,
-        budget=exp.agent,
-        say=tel.write,
-        refuse=getattr(tasks, "no_demo_families", frozenset()),  # SplitTasks: N and U
-      )
-      passed = sum(d["passed"] for d in demos)
-      tel.event(
-        "demonstrations",
-        n=len(demos),
-        of=len(demo_tasks),
-        passed=passed,
-        time_s=time.monotonic() - t0,
-      )
-      tel.write(
-        f"[sft] {len(demos)} demonstrations of {len(demo_tasks)} tasks, {passed} pass the verifier"
-      )
-      demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
+      demos, pad_id = _warm_demos(exp, tasks, episodes, tok, tel, comm, warm)
       tel.phase("warm start steps", total=exp.sft.steps)
       stop = None if comm.multi else (lambda: ckpt.preempted)  # one process: stop at once
-      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm, stop)
+      saves = None if comm.multi else warm
+      sft = warm_start(exp, model_cfg, mesh, params, demos, tel, pad_id, comm, stop, saves)
       tel.phase(None)
-      if ckpt.preempted:  # no checkpoint yet: the next run starts the warm start again
+      warm.close()
+      if ckpt.preempted:  # saved in WORKDIR/warm_start: the next run resumes it
         tel.close(plot=False)
         return {"step": 0, "preempted": True, "workdir": str(wd), "in_warm_start": True}
     state, shardings = rl_state(exp, model_cfg, mesh, params, sft)
@@ -365,6 +345,9 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
   finally:
     gen.close()
     ckpt.close()
+    warm.close()
+  if ckpt.latest_step() is not None:
+    warm.remove()  # RL's checkpoints hold the run now
   plots = tel.close()
   summary = {**_summary(history, trainer.step, trainer.ckpt.preempted, plots), **extra}
   summary["wall_s"] = round(time.monotonic() - t_start, 1)
@@ -372,6 +355,31 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
   if not summary["preempted"]:  # a preempted run is not finished: no summary.json yet
     (wd / "summary.json").write_text(json.dumps(summary, indent=1))
   return summary
+
+
+def _warm_demos(exp, tasks, episodes, tok, tel, comm, warm) -> tuple[list[dict], int]:
+  """The warm start's demonstrations: the saved ones of a warm start being resumed, else the
+  teacher's replayed in sandboxes (then saved: WORKDIR/warm_start/demos.json)."""
+  saved = None if comm.multi else warm.load_demos()
+  if saved is not None:
+    tel.write(f"[sft] {len(saved)} demonstrations from {warm.dir / 'demos.json'}")
+    return saved, tok.pad_id
+  t0 = time.monotonic()
+  demo_tasks = tasks.demo_tasks(exp.sft.demos)
+  tel.phase(f"demonstrations ({len(demo_tasks)} tasks)")
+  demos = demonstrations(
+    demo_tasks, episodes, tok, exp.rollout.max_concurrency, exp.sft.teacher_accuracy,
+    exp.sft.seed, exp.agent.protocol, budget=exp.agent, say=tel.write,
+    refuse=getattr(tasks, "no_demo_families", frozenset()),  # SplitTasks: N and U
+  )  # fmt: skip
+  passed = sum(d["passed"] for d in demos)
+  n, of = len(demos), len(demo_tasks)
+  tel.event("demonstrations", n=n, of=of, passed=passed, time_s=time.monotonic() - t0)
+  tel.write(f"[sft] {n} demonstrations of {of} tasks, {passed} pass the verifier")
+  demos, pad_id = _shared_demos(comm, demos, tok.pad_id)
+  if not comm.multi:
+    warm.save_demos(demos)
+  return demos, pad_id
 
 
 def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[list[dict], int]:

@@ -254,9 +254,7 @@ def _run(exp: Experiment, workdir: str, task_source, comm, override: bool) -> di
   resuming = latest is not None
   if not comm.leader:
     return _follow(exp, ckpt, comm, resuming)
-  warm = WarmCheckpoints(wd, exp.sft.checkpoint_every_s, lambda: ckpt.preempted)
-  if resuming:
-    warm.remove()  # RL's checkpoints hold the run now
+  warm = WarmCheckpoints(wd, exp.sft.checkpoint_every_s)
   try:
     record_experiment(wd, exp, resuming or warm.exists(), override, print)
   except ConfigChanged:

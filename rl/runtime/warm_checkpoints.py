@@ -29,9 +29,9 @@ def _digest(demos: list[dict]) -> str:
 class WarmCheckpoints:
   """Saves and restores the warm start's TrainState and demonstrations (see module doc)."""
 
-  def __init__(self, workdir, every_s: float, preempted=lambda: False):
+  def __init__(self, workdir, every_s: float):
     self.dir = pathlib.Path(workdir) / "warm_start"
-    self.every_s, self.preempted = every_s, preempted
+    self.every_s = every_s
     self._ckpt: Checkpointer | None = None
     self._last = time.monotonic()
     self._digest: str | None = None
@@ -78,8 +78,9 @@ class WarmCheckpoints:
     return state, int(host["sft_step"])
 
   def save(self, step: int, state, *, force: bool = False) -> bool:
-    """Saves the state after `step` supervised steps if due (time, preemption) or `force`."""
-    due = force or self.preempted() or time.monotonic() - self._last >= self.every_s
+    """Saves the state after `step` supervised steps if due or `force` (the warm start forces
+    it at Ctrl-C / SIGTERM, through its `stop`, and after its last step)."""
+    due = force or time.monotonic() - self._last >= self.every_s
     if not due:
       return False
     self._manager().save(step, state, {"sft_step": step, "demos": self._digest}, force=True)

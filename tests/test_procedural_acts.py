@@ -2,14 +2,15 @@
 and the demonstration (its shell calls in order) and fails the sloppy acts (the act on the
 wrong file, the original lost, no act), run by bash over the task's files in a temp folder (the
 grader's contract: $AGENTRL_WORKSPACE, $LOGS_DIR); configs/smollm2_nodemo_acts.py keeps N and U
-as configs/smollm2_nodemo.py does."""
+as configs/smollm2_nodemo.py does, and configs/smollm2_nodemo_notes.py shares its warm start."""
 
+import dataclasses
 import re
 
 import pytest
 from shell_grade import reward
 
-from configs import smollm2_nodemo, smollm2_nodemo_acts
+from configs import smollm2_nodemo, smollm2_nodemo_acts, smollm2_nodemo_notes
 from envs import procedural, procedural_acts
 from envs.agents.tool_format import parse_tool_call
 from envs.procedural import family
@@ -82,3 +83,25 @@ def test_acts_config_adds_the_acts_to_d_only(tmp_path):
   _, first = make_task_source(rl_config.to_experiment(smollm2_nodemo.get_config()).env, 0,
                               tmp_path / "first", None)  # fmt: skip
   assert [t.id for t in evals] == [t.id for t in first]
+
+
+def test_notes_config_trains_on_the_note_families_from_the_acts_warm_start(tmp_path):
+  """configs/smollm2_nodemo_notes.py moves N to the note families; its warm start is the acts
+  config's (the same demonstrations in the same order) and its held-out tasks the same ones."""
+  n, u = set(smollm2_nodemo_notes.N.split(",")), set(smollm2_nodemo_notes.U.split(","))
+  first = set(smollm2_nodemo.N.split(",")) | set(smollm2_nodemo.U.split(","))
+  assert len(n) >= 3 and len(u) >= 2 and not n & u and n | u == first - {"note_mkdir"}
+  notes, acts = (rl_config.to_experiment(m.get_config()) for m in (smollm2_nodemo_notes,
+                                                                    smollm2_nodemo_acts))  # fmt: skip
+  assert dataclasses.replace(notes.env, tasks="") == dataclasses.replace(acts.env, tasks="")
+  assert (notes.sft, notes.loop, notes.train) == (acts.sft, acts.loop, acts.train)
+  src, evals = make_task_source(notes.env, 0, tmp_path / "notes", None)
+  src_acts, evals_acts = make_task_source(acts.env, 0, tmp_path / "acts", None)
+  assert [t.id for t in src.demo_tasks(10_000)] == [t.id for t in src_acts.demo_tasks(10_000)]
+  assert sorted(t.id for t in evals) == sorted(
+    t.id for t in evals_acts if family(t.id) != "note_mkdir"
+  )
+  assert {family(t) for t in src.pool.tasks} == n
+  held = {content_key(t) for t in evals}
+  assert not held & {content_key(t) for t in src.pool.tasks.values()}
+  assert len(src.pool.tasks) == 64 * len(n) and not src.decontamination["excluded"]

@@ -37,9 +37,11 @@ def demonstrations(
   The teacher replays each task's reference command (or `demo_actions`); with
   `teacher_accuracy` < 1 a seeded share of tasks gets one of the task's `teacher_mistakes`
   instead and every demonstration is kept (`passed` says which the verifier passed);
-  otherwise only passing ones are kept. `protocol` (agent.protocol): `tool_call` replays
-  tool-call texts; `markdown_bash` one ```bash block per action, the last one ending with the
-  sentinel, each reply closed by the end-of-turn token as the engine's are.
+  otherwise only passing ones are kept; one that fails (or hits an infrastructure error) is
+  replayed once, and a task left without a demonstration is named through `say`.
+  `protocol` (agent.protocol): `tool_call` replays tool-call texts; `markdown_bash` one
+  ```bash block per action, the last one ending with the sentinel, each reply closed by the
+  end-of-turn token as the engine's are.
   `budget` (the run's AgentConfig): a task whose reference solution needs more turns or tokens
   than it allows is dropped, with a line through `say`; none left is a one-line ValueError.
   `refuse`: families whose reference solutions must never be trained on (a task split's
@@ -88,13 +90,23 @@ def demonstrations(
     policy = ScriptedPolicy(tok, acts[i], append_eos=protocol == "markdown_bash")
     return episodes(task, f"demo-{task.id}", 0, policy=policy)
 
+  keep_failed = teacher_accuracy < 1.0
+  kept = lambda o: not o.infra_error and (keep_failed or o.passed)  # noqa: E731
   with concurrent.futures.ThreadPoolExecutor(workers) as ex:
     outs = list(ex.map(one, enumerate(tasks)))
-  keep_failed = teacher_accuracy < 1.0
+    # A reference that fails once (a sandbox or verifier hiccup) is replayed once: a dropped
+    # demonstration shifts every batch the warm start draws, so it must not be left to chance.
+    again = [i for i, o in enumerate(outs) if not kept(o)]
+    for i, o in zip(again, ex.map(one, [(i, tasks[i]) for i in again]), strict=True):
+      outs[i] = o
+  for task, o in zip(tasks, outs, strict=True):
+    if not kept(o):
+      why = o.infra_error or f"the verifier failed the reference (reward {o.reward})"
+      say(f"[sft] no demonstration of {task.id} (twice): {why}")
   return [
     {"tokens": s.tokens, "loss_mask": s.loss_mask, "passed": o.passed}
     for o in outs
-    if not o.infra_error and (keep_failed or o.passed)
+    if kept(o)
     for s in o.episode.segments
   ]
 

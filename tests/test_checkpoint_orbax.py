@@ -52,6 +52,36 @@ def test_sigterm_sets_preempted_and_forces_the_next_save(tmp_path):
   assert signal.getsignal(signal.SIGTERM) is before
 
 
+class _BusyStream:
+  """A stderr that is mid-write: writing to it again raises, as a buffered file does."""
+
+  def __init__(self, fd):
+    self.fd = fd
+
+  def write(self, text):
+    raise RuntimeError("reentrant call inside <_io.BufferedWriter>")
+
+  def fileno(self):
+    return self.fd
+
+
+def test_ctrl_c_during_a_console_write_still_announces_and_sets_preempted(tmp_path, monkeypatch):
+  read_fd, write_fd = os.pipe()
+  monkeypatch.setattr(sys, "stderr", _BusyStream(write_fd))
+  ck = Checkpointer(tmp_path, every_steps=100)
+  ck.install_signal_handlers(signals=(signal.SIGINT,))
+  try:
+    os.kill(os.getpid(), signal.SIGINT)
+    assert ck.preempted
+    with pytest.raises(KeyboardInterrupt):  # the second Ctrl-C aborts
+      os.kill(os.getpid(), signal.SIGINT)
+  finally:
+    ck.close()
+    os.close(write_fd)
+  with os.fdopen(read_fd) as f:
+    assert "Ctrl-C: saving a checkpoint at the next step boundary" in f.read()
+
+
 def test_no_checkpoint_restores_none(tmp_path):
   assert Checkpointer(tmp_path).restore(_state(0)) is None
 

@@ -2,6 +2,7 @@
 the verifier passes; a noisy teacher (sft.teacher_accuracy < 1) replays the task's plausible
 mistakes for a seeded share of tasks and keeps every demonstration with its grade."""
 
+import dataclasses
 import json
 
 import jax
@@ -116,3 +117,27 @@ def test_write_file_as_a_shell_command(tmp_path):
   assert (tmp_path / "sub dir/f.txt").read_text() == content
   finish = tool_format.ToolCall("finish", {})
   assert warm_start.as_command(finish) == ""
+
+
+def test_a_failed_reference_is_replayed_once_then_named(episodes):
+  """A reference that fails once (here: the first replay of one task is failed, as a sandbox
+  hiccup would) is replayed and kept, so the demonstrations and every batch drawn from them
+  stay the same; one that fails twice (a broken reference) is dropped with its task named."""
+  tok, eps = episodes
+  tasks = [procedural.generate("echo_word", s) for s in range(4)]
+  broken = dataclasses.replace(tasks[3], solution_script="false")
+  seen = []
+
+  def flaky(task, *args, **kw):
+    out = eps(task, *args, **kw)
+    if task.id == tasks[1].id and task.id not in seen:
+      seen.append(task.id)
+      out = dataclasses.replace(out, passed=False, failure_mode="tests_failed")
+    return out
+
+  said = []
+  demos = warm_start.demonstrations([*tasks[:3], broken], flaky, tok, workers=2, say=said.append)
+  assert len(demos) == 3 and all(d["passed"] for d in demos)
+  assert seen == [tasks[1].id]  # it failed once and was replayed
+  assert said == [f"[sft] no demonstration of {broken.id} (twice): the verifier failed the "
+                  "reference (reward 0.0)"], said  # fmt: skip

@@ -406,23 +406,11 @@ class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
       raise SandboxError(f"could not kill the sandbox's processes (exit {rc})")
 
   def _stop_pid1(self) -> None:
-    # pid 1 first, so that bwrap (its parent) reaps it: killed first, bwrap would leave it to
-    # the host's init, and until that reaps it (seconds on some hosts) its pids slot stays
-    # taken in the cgroups a restore starts the new pid 1 in.
-    # Its pidfd turns readable when pid 1 exits, before bwrap has reaped it: bwrap exits by
-    # itself once it has, so wait for that rather than kill bwrap in between.
-    reaping = hasattr(self, "pid1")
-    if reaping:  # pid 1 gone <=> every process of its pid namespace gone
-      bwrap_host.kill_quietly(self.pid1)
-      bwrap_host.readable(self._pidfd, 30)
+    pid1 = getattr(self, "pid1", None)
+    bwrap_host.end_tree(pid1, self._pidfd if pid1 is not None else None, self._proc)
+    if pid1 is not None:
       os.close(self._pidfd)
       del self.pid1
-    if self._proc is not None:
-      try:
-        self._proc.wait(timeout=10 if reaping else 0)
-      except subprocess.TimeoutExpired:
-        self._proc.kill()
-        self._proc.wait(timeout=30)
     if self._cg is not None:  # kills what is left (host-side nsenter of a running exec)
       self._cg.kill()
 

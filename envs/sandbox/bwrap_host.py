@@ -148,6 +148,26 @@ def kill_quietly(pid: int) -> None:
     pass
 
 
+def end_tree(pid1: int | None, pidfd: int | None, proc: subprocess.Popen | None) -> None:
+  """Ends a sandbox's bwrap tree: pid 1 first (`pidfd` its pidfd), then bwrap (`proc`).
+
+  pid 1 first, so that bwrap (its parent) reaps it: killed first, bwrap would leave it to the
+  host's init, and until that reaps it (seconds on some hosts) its pids slot stays taken in
+  the cgroups a restore starts the new pid 1 in. pid 1's pidfd turns readable when it exits,
+  before bwrap has reaped it; bwrap exits by itself once it has, so wait for that (10 s) rather
+  than kill bwrap in between. pid 1 gone <=> every process of its pid namespace gone.
+  """
+  if pid1 is not None:
+    kill_quietly(pid1)
+    readable(pidfd, 30)
+  if proc is not None:
+    try:
+      proc.wait(timeout=10 if pid1 is not None else 0)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait(timeout=30)
+
+
 def count_procs(uid: int) -> int:
   n = 0
   for d in pathlib.Path("/proc").iterdir():

@@ -65,8 +65,11 @@ class Checkpointer:
     if sig == signal.SIGINT:
       if self._preempted.is_set():
         raise KeyboardInterrupt
-      sys.stderr.write(
-        "\nCtrl-C: saving a checkpoint at the next step boundary (Ctrl-C again aborts)\n"
+      # A raw write: the handler may run while the main thread is inside a write to the same
+      # buffered stream, and a buffered write from here then raises "reentrant call".
+      os.write(
+        _stderr_fd(),
+        b"\nCtrl-C: saving a checkpoint at the next step boundary (Ctrl-C again aborts)\n",
       )
     self._preempted.set()
 
@@ -126,3 +129,10 @@ class Checkpointer:
     self.manager.wait_until_finished()
     self.manager.close()
     self.restore_signal_handlers()
+
+
+def _stderr_fd() -> int:
+  try:
+    return sys.stderr.fileno()
+  except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
+    return 2

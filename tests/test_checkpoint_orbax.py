@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -52,34 +53,39 @@ def test_sigterm_sets_preempted_and_forces_the_next_save(tmp_path):
   assert signal.getsignal(signal.SIGTERM) is before
 
 
-class _BusyStream:
-  """A stderr that is mid-write: writing to it again raises, as a buffered file does."""
+class _Console:
+  """A console stream that, like a buffered file, refuses a write from the thread that is in
+  the middle of one (`RuntimeError: reentrant call`); a Ctrl-C lands inside its first write."""
 
-  def __init__(self, fd):
-    self.fd = fd
+  def __init__(self):
+    self.text, self.writing = "", threading.local()
 
   def write(self, text):
-    raise RuntimeError("reentrant call inside <_io.BufferedWriter>")
-
-  def fileno(self):
-    return self.fd
+    if getattr(self.writing, "now", False):
+      raise RuntimeError("reentrant call inside <_io.BufferedWriter>")
+    self.writing.now = True
+    try:
+      if not self.text:
+        os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, mid-write
+      self.text += text
+    finally:
+      self.writing.now = False
+    return len(text)
 
 
 def test_ctrl_c_during_a_console_write_still_announces_and_sets_preempted(tmp_path, monkeypatch):
-  read_fd, write_fd = os.pipe()
-  monkeypatch.setattr(sys, "stderr", _BusyStream(write_fd))
+  console = _Console()
+  monkeypatch.setattr(sys, "stderr", console)
   ck = Checkpointer(tmp_path, every_steps=100)
   ck.install_signal_handlers(signals=(signal.SIGINT,))
   try:
-    os.kill(os.getpid(), signal.SIGINT)
+    sys.stderr.write("step 3 of 5\n")
     assert ck.preempted
     with pytest.raises(KeyboardInterrupt):  # the second Ctrl-C aborts
       os.kill(os.getpid(), signal.SIGINT)
   finally:
     ck.close()
-    os.close(write_fd)
-  with os.fdopen(read_fd) as f:
-    assert "Ctrl-C: saving a checkpoint at the next step boundary" in f.read()
+  assert "Ctrl-C: saving a checkpoint at the next step boundary" in console.text
 
 
 def test_no_checkpoint_restores_none(tmp_path):

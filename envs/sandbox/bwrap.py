@@ -406,11 +406,11 @@ class BwrapSandbox(helper_ops.HelperFileOps, Sandbox):
       raise SandboxError(f"could not kill the sandbox's processes (exit {rc})")
 
   def _stop_pid1(self) -> None:
-    pid1 = getattr(self, "pid1", None)
-    bwrap_host.end_tree(pid1, self._pidfd if pid1 is not None else None, self._proc)
-    if pid1 is not None:
-      os.close(self._pidfd)
+    if hasattr(self, "pid1"):
+      bwrap_host.end_tree(self.pid1, self._pidfd, self._proc)  # closes the pidfd
       del self.pid1
+    else:
+      bwrap_host.end_tree(None, None, self._proc)
     if self._cg is not None:  # kills what is left (host-side nsenter of a running exec)
       self._cg.kill()
 

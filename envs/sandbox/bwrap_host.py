@@ -156,10 +156,12 @@ def end_tree(pid1: int | None, pidfd: int | None, proc: subprocess.Popen | None)
   the cgroups a restore starts the new pid 1 in. pid 1's pidfd turns readable when it exits,
   before bwrap has reaped it; bwrap exits by itself once it has, so wait for that (10 s) rather
   than kill bwrap in between. pid 1 gone <=> every process of its pid namespace gone.
+  The pidfd is closed here.
   """
   if pid1 is not None:
     kill_quietly(pid1)
     readable(pidfd, 30)
+    os.close(pidfd)
   if proc is not None:
     try:
       proc.wait(timeout=10 if pid1 is not None else 0)

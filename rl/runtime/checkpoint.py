@@ -49,6 +49,7 @@ class Checkpointer:
     )
     self._preempted = threading.Event()
     self._old_handlers: dict = {}
+    self._notice: threading.Thread | None = None
 
   # -- preemption ---------------------------------------------------------
   def install_signal_handlers(self, signals=(signal.SIGTERM,)) -> None:
@@ -65,12 +66,11 @@ class Checkpointer:
     if sig == signal.SIGINT:
       if self._preempted.is_set():
         raise KeyboardInterrupt
-      # A raw write: the handler may run while the main thread is inside a write to the same
-      # buffered stream, and a buffered write from here then raises "reentrant call".
-      os.write(
-        _stderr_fd(),
-        b"\nCtrl-C: saving a checkpoint at the next step boundary (Ctrl-C again aborts)\n",
-      )
+      # Written by another thread: the handler may run while the main thread is inside a write
+      # to the same buffered stream (the console, the workdir's log), where a write from here
+      # raises "reentrant call"; another thread waits for that write to end instead.
+      self._notice = threading.Thread(target=_announce_ctrl_c, daemon=True)
+      self._notice.start()
     self._preempted.set()
 
   def restore_signal_handlers(self) -> None:
@@ -129,10 +129,11 @@ class Checkpointer:
     self.manager.wait_until_finished()
     self.manager.close()
     self.restore_signal_handlers()
+    if self._notice is not None:
+      self._notice.join(timeout=10)
 
 
-def _stderr_fd() -> int:
-  try:
-    return sys.stderr.fileno()
-  except (AttributeError, OSError, ValueError):  # replaced by an object without a descriptor
-    return 2
+def _announce_ctrl_c() -> None:
+  sys.stderr.write(
+    "\nCtrl-C: saving a checkpoint at the next step boundary (Ctrl-C again aborts)\n"
+  )

@@ -103,9 +103,17 @@ def demonstrations(
     if not kept(o):
       why = o.infra_error or f"the verifier failed the reference (reward {o.reward})"
       say(f"[sft] no demonstration of {task.id} (twice): {why}")
+  # "slot": the task's place among the `slots` tasks; the warm start draws slots, not list
+  # positions, so a demonstration that is missing shifts no other batch.
   return [
-    {"tokens": s.tokens, "loss_mask": s.loss_mask, "passed": o.passed}
-    for o in outs
+    {
+      "tokens": s.tokens,
+      "loss_mask": s.loss_mask,
+      "passed": o.passed,
+      "slot": i,
+      "slots": len(tasks),
+    }
+    for i, o in enumerate(outs)
     if kept(o)
     for s in o.episode.segments
   ]
@@ -157,6 +165,17 @@ def as_command(call) -> str:
   return call.arguments.get("command", "")
 
 
+def demo_slots(demos: list[dict]) -> tuple[int, dict[int, list[dict]]]:
+  """(number of slots, slot -> its demonstrations): the tasks' slots where `demonstrations`
+  recorded them, else (demonstrations saved before slots existed) one slot per demonstration."""
+  if demos and "slot" in demos[0]:
+    by_slot = {}
+    for d in demos:
+      by_slot.setdefault(int(d["slot"]), []).append(d)
+    return int(demos[0]["slots"]), by_slot
+  return len(demos), {i: [d] for i, d in enumerate(demos)}
+
+
 def warm_start(
   exp: Experiment,
   model_cfg,
@@ -200,7 +219,8 @@ def warm_start(
   )
   state, shardings = create_train_state(model_cfg, cfg, mesh, jax.random.key(s.seed), params=params)
   rng = np.random.default_rng(s.seed)
-  draw = lambda: rng.choice(len(demos), s.batch_size, replace=len(demos) < s.batch_size)  # noqa: E731
+  n_slots, by_slot = demo_slots(demos)
+  draw = lambda: rng.choice(n_slots, s.batch_size, replace=n_slots < s.batch_size)  # noqa: E731
   start, saved = 0, saves.restore(state) if saves is not None else None
   if saved is not None:
     state, start = saved
@@ -217,8 +237,11 @@ def warm_start(
       if tel is not None:
         tel.write(f"[sft] stopped at warm-start step {i} of {s.steps}")
       break
-    idx = draw()
-    seqs = [demos[j] for j in idx]
+    seqs = [d for j in draw() for d in by_slot.get(int(j), ())]
+    if not seqs:  # every task drawn lost its demonstration: no update, later draws unchanged
+      if tel is not None:
+        tel.write(f"[sft] step {i}/{s.steps}: no demonstration among the tasks drawn, skipped")
+      continue
     batch = sft_batch(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)
     on_mesh = comm.batch(batch, mesh, cfg.rules)
     if step_fn is None:

@@ -138,6 +138,7 @@ def test_a_failed_reference_is_replayed_once_then_named(episodes):
   said = []
   demos = warm_start.demonstrations([*tasks[:3], broken], flaky, tok, workers=2, say=said.append)
   assert len(demos) == 3 and all(d["passed"] for d in demos)
+  assert [(d["slot"], d["slots"]) for d in demos] == [(0, 4), (1, 4), (2, 4)]  # broken's is empty
   assert seen == [tasks[1].id]  # its first replay was failed; kept above, so it was replayed
   assert said == [f"[sft] no demonstration of {broken.id} (twice): the verifier failed the "
                   "reference (reward 0.0)"], said  # fmt: skip

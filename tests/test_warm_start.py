@@ -137,3 +137,38 @@ def test_a_stopped_warm_start_resumes_to_the_uninterrupted_state(tmp_path):
     run(saves=other)
   other.remove()
   assert not (tmp_path / "warm_start").exists()
+
+
+def test_a_missing_demonstration_shifts_no_other_batch(monkeypatch):
+  """The warm start draws tasks' slots, not list positions: with two tasks' demonstrations
+  missing, every step's batch is the full run's less those (before slots, every later batch
+  drew differently), and a step that drew only missing tasks is skipped. Demos
+  saved without slots (an older demos.json) still draw one slot per demonstration."""
+  full = [{**d, "slot": i, "slots": 4} for i, d in enumerate(_demos())]
+  sft = SFTConfig(steps=12, batch_size=2, lr=1e-2, warmup_steps=0)
+  exp = dataclasses.replace(Experiment(), model=MODEL, sft=sft, devices=1)
+  exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
+  mesh = rl_run.training_mesh(exp)
+  init = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
+  real = warm_start.sft_batch
+
+  def batches(demos):
+    seen = []
+    monkeypatch.setattr(warm_start, "sft_batch", lambda seqs, *a: seen.append(
+      [d["slot"] for d in seqs]) or real(seqs, *a))  # fmt: skip
+    warm_start.warm_start(exp, MODEL, mesh, init, demos, None, 0, multihost.Local())
+    return seen
+
+  whole = batches(full)
+  assert (
+    len(whole) == 12
+    and any(1 in b for b in whole)
+    and {s for b in whole for s in b} == {0, 1, 2, 3}
+  )
+  less = batches([d for d in full if d["slot"] not in (1, 2)])
+  want = [[s for s in b if s not in (1, 2)] for b in whole]
+  assert less == [b for b in want if b]  # the same draws less the missing ones ...
+  assert len(less) < len(whole)  # ... and a step that drew slots 1 and 2 only trained nothing
+  legacy = [{k: v for k, v in d.items() if k not in ("slot", "slots")} for d in full]
+  assert warm_start.demo_slots(legacy) == (4, {i: [d] for i, d in enumerate(legacy)})
+  assert warm_start.demo_slots(full)[0] == 4

@@ -42,7 +42,7 @@ from rl.runtime.trainer import Trainer
 from rl.runtime.trajectory_store import TrajectoryStore
 from rl.runtime.warm_checkpoints import WarmCheckpoints
 from rl.train_step import make_train_step
-from rl.warm_start import demonstrations, rl_state, warm_start
+from rl.warm_start import demo_slots, demonstrations, rl_state, warm_start
 
 
 def training_mesh(exp: Experiment):
@@ -393,8 +393,18 @@ def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[l
       }
       for d in demos
     ]
-  pad = comm.share({"pad_id": np.int32(pad_id)} if comm.leader else None)["pad_id"]
-  return multihost.share_sequences(comm, seqs, ("tokens", "loss_mask")), int(pad)
+  n_slots, _ = demo_slots(demos) if comm.leader else (0, None)
+  slot_of = [d.get("slot", i) for i, d in enumerate(demos)] if comm.leader else None
+  head = {
+    "pad_id": np.int32(pad_id),
+    "slots": np.int64(n_slots),
+    "slot": np.asarray(slot_of, np.int64),
+  }
+  head = comm.share(head if comm.leader else None)
+  seqs = multihost.share_sequences(comm, seqs, ("tokens", "loss_mask"))
+  for seq, slot in zip(seqs, head["slot"], strict=True):  # the leader's draw, on every process
+    seq["slot"], seq["slots"] = int(slot), int(head["slots"])
+  return seqs, int(head["pad_id"])
 
 
 def _follow(exp: Experiment, ckpt: Checkpointer, comm, resuming: bool) -> dict:

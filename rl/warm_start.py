@@ -238,27 +238,26 @@ def warm_start(
         tel.write(f"[sft] stopped at warm-start step {i} of {s.steps}")
       break
     seqs = [d for j in draw() for d in by_slot.get(int(j), ())]
-    if not seqs:  # every task drawn lost its demonstration: no update, later draws unchanged
-      if tel is not None:
-        tel.write(f"[sft] step {i}/{s.steps}: no demonstration among the tasks drawn, skipped")
-      continue
-    batch = sft_batch(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)
-    on_mesh = comm.batch(batch, mesh, cfg.rules)
-    if step_fn is None:
-      step_fn = make_train_step(model_cfg, cfg, mesh, shardings, on_mesh)
-      # The LM head only at loss tokens (all the nll reads): at 16 x 768 rows and a 49k vocab
-      # the full head's fp32 logits alone are 2.4 GB, and a run was OOM-killed at 22 GB.
-      logp_fn = make_compute_logprobs(
-        model_cfg, cfg, mesh, shardings.params, on_mesh, loss_only=True
-      )
-    if i % s.log_every == 0 or i == s.steps - 1:
-      logp = np.asarray(comm.to_host(comm.call(logp_fn, state.params, on_mesh)))
-      mask = batch["loss_mask_BT"] * (batch["positions_BT"] > 0)
-      nll = float(-(logp * mask).sum() / max(mask.sum(), 1))
-      if tel is not None:
-        tel.log(i, {"sft/nll": nll}, progress=False)
-        tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
-    state, _ = comm.call(step_fn, state, on_mesh)
+    if seqs:
+      batch = sft_batch(seqs, exp.loop.row_len, exp.loop.max_segments, mult, pad_id)
+      on_mesh = comm.batch(batch, mesh, cfg.rules)
+      if step_fn is None:
+        step_fn = make_train_step(model_cfg, cfg, mesh, shardings, on_mesh)
+        # The LM head only at loss tokens (all the nll reads): at 16 x 768 rows and a 49k vocab
+        # the full head's fp32 logits alone are 2.4 GB, and a run was OOM-killed at 22 GB.
+        logp_fn = make_compute_logprobs(
+          model_cfg, cfg, mesh, shardings.params, on_mesh, loss_only=True
+        )
+      if i % s.log_every == 0 or i == s.steps - 1:
+        logp = np.asarray(comm.to_host(comm.call(logp_fn, state.params, on_mesh)))
+        mask = batch["loss_mask_BT"] * (batch["positions_BT"] > 0)
+        nll = float(-(logp * mask).sum() / max(mask.sum(), 1))
+        if tel is not None:
+          tel.log(i, {"sft/nll": nll}, progress=False)
+          tel.write(f"[sft] step {i}/{s.steps}: nll/token {nll:.4f}")
+      state, _ = comm.call(step_fn, state, on_mesh)
+    elif tel is not None:  # every task drawn lost its demonstration: no update, draws go on
+      tel.write(f"[sft] step {i}/{s.steps}: no demonstration among the tasks drawn, skipped")
     if saves is not None:
       saves.save(i + 1, state, force=i + 1 == s.steps)
   return comm.to_host(state)

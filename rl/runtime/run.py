@@ -393,14 +393,14 @@ def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[l
       }
       for d in demos
     ]
-  n_slots, _ = demo_slots(demos) if comm.leader else (0, None)
-  slot_of = [d.get("slot", i) for i, d in enumerate(demos)] if comm.leader else None
-  head = {
-    "pad_id": np.int32(pad_id),
-    "slots": np.int64(n_slots),
-    "slot": np.asarray(slot_of, np.int64),
-  }
-  head = comm.share(head if comm.leader else None)
+  head = None  # built by the leader only: a follower has no demos and no pad id
+  if comm.leader:
+    head = {
+      "pad_id": np.int32(pad_id),
+      "slots": np.int64(demo_slots(demos)[0]),
+      "slot": np.asarray([d.get("slot", i) for i, d in enumerate(demos)], np.int64),
+    }
+  head = comm.share(head)
   seqs = multihost.share_sequences(comm, seqs, ("tokens", "loss_mask"))
   for seq, slot in zip(seqs, head["slot"], strict=True):  # the leader's draw, on every process
     seq["slot"], seq["slots"] = int(slot), int(head["slots"])

@@ -5,7 +5,7 @@ follows its device work (rl/runtime/multihost.py). Process 1 gets SIGTERM once s
 0 must stop both at a step boundary. Both processes end with the same parameters (each prints a
 digest of its shards; process 0 also compares every replica), and every step they trained is the
 step of a 1-process run on the same data=2 x fsdp=2 mesh: the same trajectory ids, the same loss,
-the same parameters.
+the same parameters. Both runs start with a short warm start (process 0's demonstrations shared).
 """
 
 from __future__ import annotations
@@ -43,9 +43,19 @@ OVERRIDES = [
   f"--config.loop.keep_checkpoints={STEPS + 1}",  # the 1-process run keeps the stop step
   "--config.loop.batch_groups=2",
   "--config.rollout.group_size=2",
-  "--config.agent.max_new_tokens=32",
-  "--config.agent.max_episode_tokens=32",
-  "--config.sft.steps=0",  # no warm start: every reward is 0, so ...
+  "--config.agent.max_new_tokens=96",  # the warm start's echo_word solutions need 93
+  "--config.agent.max_episode_tokens=96",
+  # A 2-step warm start: process 0 collects the demonstrations, every process takes the same
+  # supervised steps on them (rl/runtime/run.py). The policy stays near-random and every reward
+  # 0, so ...
+  "--config.sft.steps=2",
+  "--config.sft.demos=2",
+  "--config.sft.batch_size=4",
+  "--config.sft.warmup_steps=0",  # both steps move the weights
+  # The two runs sum gradients in different orders (ulp-level); where a gradient entry is
+  # below Adam's eps the step scales such a difference by lr / eps, so the toy's lr of 1e-2
+  # left 2 of 49152 weights 1.9e-6 apart; at 1e-3 that bound is under the tolerance below.
+  "--config.sft.lr=1e-3",
   "--config.train.loss.entropy_coef=0.01",  # ... the entropy term gives the update a gradient
 ]
 
@@ -122,6 +132,10 @@ def _metrics(workdir: pathlib.Path) -> list[dict]:
   return read_metrics(workdir) if (workdir / "metrics.jsonl").exists() else []
 
 
+def _sft_nll(workdir: pathlib.Path) -> list[float]:
+  return [r["sft/nll"] for r in read_metrics(workdir, key="sft_step")]
+
+
 def _final_params(workdir: pathlib.Path, step: int):
   """The step's checkpointed params, restored on a data=2 x fsdp=2 mesh of this process."""
   from configs import toy
@@ -156,10 +170,17 @@ def test_two_processes_train_like_one(tmp_path):
   }
   assert s_one["step"] == STEPS and not s_one["preempted"] and "params_digest" not in s_one
 
-  # Only process 0 wrote telemetry and the trajectory store: one record per step.
+  # Only process 0 wrote telemetry and the trajectory store: one record per warm-start step,
+  # then one per RL step.
+  lines = [json.loads(x) for x in (two / "metrics.jsonl").read_text().splitlines()]
+  assert [x.get("sft_step", x.get("step")) for x in lines] == [0, 1, *range(1, steps + 1)]
   m_one, m_two = _metrics(one), _metrics(two)
-  lines = (two / "metrics.jsonl").read_text().splitlines()
-  assert [json.loads(x)["step"] for x in lines] == list(range(1, steps + 1))
+
+  # The warm start: the same supervised steps on process 0's demonstrations in both runs, and
+  # they lowered the loss (the first RL step starts from the warm-started weights).
+  sft_one, sft_two = (_sft_nll(w) for w in (one, two))
+  np.testing.assert_allclose(sft_two, sft_one, rtol=1e-5)
+  assert len(sft_one) == 2 and sft_one[1] < sft_one[0]
   b_one = TrajectoryStore(one).read_batches(max_step=steps)
   b_two = TrajectoryStore(two).read_batches()
   pairs = lambda t: list(

@@ -10,7 +10,12 @@ import re
 import pytest
 from shell_grade import reward
 
-from configs import smollm2_nodemo, smollm2_nodemo_acts, smollm2_nodemo_notes
+from configs import (
+  smollm2_nodemo,
+  smollm2_nodemo_acts,
+  smollm2_nodemo_notes,
+  smollm2_nodemo_notes_t1,
+)
 from envs import procedural, procedural_acts
 from envs.agents.tool_format import parse_tool_call
 from envs.procedural import family
@@ -105,3 +110,12 @@ def test_notes_config_trains_on_the_note_families_from_the_acts_warm_start(tmp_p
   held = {content_key(t) for t in evals}
   assert not held & {content_key(t) for t in src.pool.tasks.values()}
   assert len(src.pool.tasks) == 64 * len(n) and not src.decontamination["excluded"]
+
+
+def test_notes_t1_config_is_the_notes_config_sampling_at_1():
+  """configs/smollm2_nodemo_notes_t1.py is exactly the notes config with agent.temperature=1.0,
+  the override its recorded arms ran with."""
+  t1, notes = (rl_config.to_experiment(m.get_config()) for m in (smollm2_nodemo_notes_t1,
+                                                                 smollm2_nodemo_notes))  # fmt: skip
+  assert notes.agent.temperature == 0.7 and t1.agent.temperature == 1.0
+  assert t1 == dataclasses.replace(notes, agent=dataclasses.replace(notes.agent, temperature=1.0))

@@ -46,8 +46,8 @@ OVERRIDES = [
   "--config.agent.max_new_tokens=96",  # the warm start's echo_word solutions need 93
   "--config.agent.max_episode_tokens=96",
   # A 2-step warm start: process 0 collects the demonstrations, every process takes the same
-  # supervised steps on them (rl/runtime/run.py). The policy stays near-random and every reward
-  # 0, so ...
+  # supervised steps on them (rl/runtime/run.py). The policy stays near-random and its rewards
+  # mostly 0, so ...
   "--config.sft.steps=2",
   "--config.sft.demos=2",
   "--config.sft.batch_size=4",

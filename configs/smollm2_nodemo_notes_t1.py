@@ -16,8 +16,6 @@ unless `--temperature` says otherwise.
 
 from configs import smollm2_nodemo_notes
 
-D, N, U = smollm2_nodemo_notes.D, smollm2_nodemo_notes.N, smollm2_nodemo_notes.U
-
 
 def get_config():
   c = smollm2_nodemo_notes.get_config()

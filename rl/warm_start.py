@@ -165,15 +165,21 @@ def as_command(call) -> str:
   return call.arguments.get("command", "")
 
 
-def demo_slots(demos: list[dict]) -> tuple[int, dict[int, list[dict]]]:
-  """(number of slots, slot -> its demonstrations): the tasks' slots where `demonstrations`
+def demo_slot_ids(demos: list[dict]) -> tuple[int, list[int]]:
+  """(number of slots, each demonstration's slot): the tasks' slots where `demonstrations`
   recorded them, else (demonstrations saved before slots existed) one slot per demonstration."""
   if demos and "slot" in demos[0]:
-    by_slot = {}
-    for d in demos:
-      by_slot.setdefault(int(d["slot"]), []).append(d)
-    return int(demos[0]["slots"]), by_slot
-  return len(demos), {i: [d] for i, d in enumerate(demos)}
+    return int(demos[0]["slots"]), [int(d["slot"]) for d in demos]
+  return len(demos), list(range(len(demos)))
+
+
+def demo_slots(demos: list[dict]) -> tuple[int, dict[int, list[dict]]]:
+  """(number of slots, slot -> its demonstrations), by `demo_slot_ids`."""
+  n_slots, ids = demo_slot_ids(demos)
+  by_slot = {}
+  for d, j in zip(demos, ids, strict=True):
+    by_slot.setdefault(j, []).append(d)
+  return n_slots, by_slot
 
 
 def warm_start(

@@ -172,3 +172,29 @@ def test_a_missing_demonstration_shifts_no_other_batch(monkeypatch):
   legacy = [{k: v for k, v in d.items() if k not in ("slot", "slots")} for d in full]
   assert warm_start.demo_slots(legacy) == (4, {i: [d] for i, d in enumerate(legacy)})
   assert warm_start.demo_slots(full)[0] == 4
+
+
+def test_a_last_step_with_no_demonstration_still_saves(tmp_path, monkeypatch):
+  """A warm-start step whose draw holds only missing demonstrations trains nothing, but its
+  checkpoint is still saved: on the last step that is the forced final save a resume needs."""
+  from rl.runtime.warm_checkpoints import WarmCheckpoints
+
+  full = [{**d, "slot": i, "slots": 4} for i, d in enumerate(_demos())]
+  sft = SFTConfig(steps=1, batch_size=1, lr=1e-2, warmup_steps=0, checkpoint_every_s=1e9)
+  exp = dataclasses.replace(Experiment(), model=MODEL, sft=sft, devices=1)
+  exp = dataclasses.replace(exp, loop=dataclasses.replace(exp.loop, row_len=16, max_segments=1))
+  mesh = rl_run.training_mesh(exp)
+  init = jax.device_get(transformer.init(MODEL, jax.random.key(0)))
+  real, seen = warm_start.sft_batch, []
+  monkeypatch.setattr(warm_start, "sft_batch", lambda seqs, *a: seen.append(
+    [d["slot"] for d in seqs]) or real(seqs, *a))  # fmt: skip
+  warm_start.warm_start(exp, MODEL, mesh, init, full, None, 0, multihost.Local())
+  (drawn,) = seen[0]  # the one step's one slot
+  seen.clear()
+  saves = WarmCheckpoints(tmp_path, sft.checkpoint_every_s)
+  less = [d for d in full if d["slot"] != drawn]
+  out = warm_start.warm_start(exp, MODEL, mesh, init, less, None, 0, multihost.Local(), None, saves)
+  saves.close()
+  assert seen == []  # the step drew only the missing demonstration: no update ...
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(out.params), init)
+  assert [p.name for p in (tmp_path / "warm_start" / "checkpoints").iterdir()] == ["1"]  # ... saved

@@ -42,7 +42,7 @@ from rl.runtime.trainer import Trainer
 from rl.runtime.trajectory_store import TrajectoryStore
 from rl.runtime.warm_checkpoints import WarmCheckpoints
 from rl.train_step import make_train_step
-from rl.warm_start import demo_slots, demonstrations, rl_state, warm_start
+from rl.warm_start import demo_slot_ids, demonstrations, rl_state, warm_start
 
 
 def training_mesh(exp: Experiment):
@@ -384,7 +384,7 @@ def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[l
   """Process 0's demonstrations and pad id, the same on every process (one process: as is)."""
   if not comm.multi:
     return demos, pad_id
-  seqs = demos
+  seqs, head = demos, None  # a follower has no demos and no pad id: the leader's are shared
   if comm.leader:
     seqs = [
       {
@@ -393,12 +393,11 @@ def _shared_demos(comm, demos: list[dict] | None, pad_id: int | None) -> tuple[l
       }
       for d in demos
     ]
-  head = None  # built by the leader only: a follower has no demos and no pad id
-  if comm.leader:
+    n_slots, slot_ids = demo_slot_ids(demos)
     head = {
       "pad_id": np.int32(pad_id),
-      "slots": np.int64(demo_slots(demos)[0]),
-      "slot": np.asarray([d.get("slot", i) for i, d in enumerate(demos)], np.int64),
+      "slots": np.int64(n_slots),
+      "slot": np.asarray(slot_ids, np.int64),
     }
   head = comm.share(head)
   seqs = multihost.share_sequences(comm, seqs, ("tokens", "loss_mask"))
